@@ -1,0 +1,181 @@
+"""The `puremind` command: parse, call one service, render, map errors to exit codes.
+
+Heavy libraries (onnxruntime, torch, numpy-backed model code) are imported inside commands, never at import
+time, so `puremind --help` starts fast; a test holds us to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from puremind.errors import PuremindError
+
+EXIT_OK = 0
+EXIT_NOTHING_FOUND = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(
+    name="puremind",
+    help="One local memory for coding agents: Markdown notes you own, one SQLite index, search over MCP.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+class NothingFound(Exception):
+    """A search that ran fine and found nothing: exit 1, no error line."""
+
+
+def _settings(**flags: Any):
+    from puremind.config import load_settings, secure_home
+
+    settings = load_settings(flags)
+    secure_home(settings)
+    return settings
+
+
+@app.command()
+def init(
+    vault_dir: Path = typer.Argument(..., help="The folder of Markdown notes to index (an Obsidian vault works as is)."),
+    force: bool = typer.Option(False, "--force", help="Rewrite an existing config.toml, keeping its settings."),
+) -> None:
+    """Write ~/.puremind/config.toml (PUREMIND_HOME overrides the folder)."""
+    from puremind.config import write_config
+
+    path = write_config(vault_dir, force=force)
+    typer.echo(f"wrote {path}")
+    typer.echo("next: `puremind index` to build the index, then `puremind search \"...\"`")
+
+
+@app.command()
+def index(
+    vault_dir: Optional[Path] = typer.Argument(None, help="The vault to index (default: the configured one)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Embed every note again; needed after changing the embedding model."),
+) -> None:
+    """Index the vault incrementally: only notes whose content changed are read and embedded again."""
+    from puremind.services import run_index
+
+    settings = _settings(vault=vault_dir)
+    report = run_index(settings, rebuild=rebuild, progress=_progress_bar(), notice=_notice)
+    for warning in report.warnings:
+        _notice(f"warning: {warning}")
+    typer.echo(report.summary())
+
+
+@app.command()
+def search(
+    query: str = typer.Argument(..., help="What to look for, in plain words."),
+    limit: int = typer.Option(10, "--limit", "-n", min=1, max=50, help="How many passages to show, 1 to 50."),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring."),
+    lexical_only: bool = typer.Option(False, "--lexical-only", help="BM25 keyword search only."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Search the index from the terminal. Exit 1 when nothing is found."""
+    from puremind.services import run_search
+
+    settings = _settings(rerank=False if no_rerank else None)
+    outcome = run_search(settings, query, limit=limit, lexical_only=lexical_only, notice=_notice)
+    if as_json:
+        typer.echo(json.dumps(outcome.as_json(), ensure_ascii=False, indent=2))
+    else:
+        for line in outcome.render_text():
+            typer.echo(line)
+    if not outcome.hits:
+        raise NothingFound()
+
+
+@app.command()
+def demo() -> None:
+    """Index a small sample vault into a temporary home and run a few searches."""
+    from puremind.demo import run_demo
+
+    for line in run_demo(notice=_notice):
+        typer.echo(line)
+
+
+def _notice(message: str) -> None:
+    """A line for the person at the terminal, on stderr so that stdout stays parseable."""
+    typer.echo(message, err=True)
+
+
+def _progress_bar():
+    """A one-line progress bar on stderr when it is a terminal, else None."""
+    if not sys.stderr.isatty():
+        return None
+    state = {"last": 0.0}
+
+    def show(done: int, total: int, name: str) -> None:
+        import time
+
+        now = time.monotonic()
+        if done != total and now - state["last"] < 0.1:
+            return
+        state["last"] = now
+        width = 30
+        filled = int(width * done / max(total, 1))
+        name = name if len(name) <= 40 else "..." + name[-37:]
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name:<40}")
+        if done == total:
+            sys.stderr.write("\r" + " " * (width + 55) + "\r")
+        sys.stderr.flush()
+
+    return show
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app and turn every outcome into the spec's exit codes."""
+    sys.exit(run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return the exit code (0 ok, 1 nothing found, 2 error, 130 Ctrl-C)."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="puremind", standalone_mode=False)
+        return result if isinstance(result, int) else EXIT_OK
+    except NothingFound:
+        return EXIT_NOTHING_FOUND
+    except PuremindError as exc:
+        _error(exc.message, exc.hint)
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("\n")
+        _error("interrupted", None)
+        return EXIT_INTERRUPTED
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.TyperException as exc:
+        # Usage errors (bad option, missing argument, value out of range) from Typer's parser.
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            typer.echo(ctx.get_help(), err=True)
+            return EXIT_ERROR
+        hint = f"see `{ctx.command_path} --help`" if ctx is not None else None
+        if type(exc).__name__ == "NoSuchOption" and ctx is not None and ctx.info_name == "search":
+            hint = "to search for text that starts with '-', put `--` before the query: puremind search -- '-text'"
+        _error(exc.format_message(), hint)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # `puremind search ... | head`: the reader went away; not an error worth a traceback.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+
+
+def _error(message: str, hint: str | None) -> None:
+    line = " ".join(str(message).split())
+    sys.stderr.write(f"error: {line}\n")
+    if hint:
+        sys.stderr.write(f"hint: {' '.join(str(hint).split())}\n")
+    sys.stderr.flush()

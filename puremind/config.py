@@ -1,0 +1,296 @@
+"""Settings: flags > PUREMIND_* environment > config.toml > defaults, frozen once resolved."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from puremind.errors import ConfigError
+
+DEFAULT_EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"
+DEFAULT_EMBEDDER_REVISION = "97b0c614be4d77ee51c0cef4e5f07c00f9eb65b3"
+DEFAULT_RERANKER = "BAAI/bge-reranker-v2-m3"
+DEFAULT_RERANKER_REVISION = "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e"
+DEVICES = ("auto", "coreml", "mps", "cuda", "cpu")
+BACKENDS = ("onnx", "torch")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One setting: where it lives in config.toml, its environment variable and its type."""
+
+    name: str
+    section: str | None  # None = top level of config.toml
+    key: str
+    env: str | None
+    kind: type
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] | None = None
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("vault", None, "vault", "PUREMIND_VAULT", Path),
+    Field("db", None, "db", "PUREMIND_DB", Path),
+    Field("embedder", "models", "embedder", "PUREMIND_EMBED_MODEL", str),
+    Field("embedder_revision", "models", "embedder_revision", "PUREMIND_EMBED_REVISION", str),
+    Field("reranker", "models", "reranker", "PUREMIND_RERANK_MODEL", str),
+    Field("reranker_revision", "models", "reranker_revision", "PUREMIND_RERANK_REVISION", str),
+    Field("device", "models", "device", "PUREMIND_DEVICE", str, choices=DEVICES),
+    Field("backend", "models", "backend", "PUREMIND_BACKEND", str, choices=BACKENDS),
+    Field("embed_max_seq", "models", "embed_max_seq", None, int, 16, 32768),
+    Field("candidates", "retrieval", "candidates", None, int, 1, 1000),
+    Field("rrf_k", "retrieval", "rrf_k", None, int, 1, 100000),
+    Field("rerank", "retrieval", "rerank", None, bool),
+    Field("rerank_chars", "retrieval", "rerank_chars", None, int, 50, 100000),
+)
+FIELD_BY_NAME = {f.name: f for f in FIELDS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting pureMind reads, resolved. Build it with `load_settings`."""
+
+    home: Path
+    config_path: Path
+    vault: Path | None
+    db: Path
+    embedder: str = DEFAULT_EMBEDDER
+    embedder_revision: str | None = None
+    reranker: str = DEFAULT_RERANKER
+    reranker_revision: str | None = None
+    device: str = "auto"
+    backend: str = "onnx"
+    embed_max_seq: int = 2048
+    candidates: int = 50
+    rrf_k: int = 60
+    rerank: bool = True
+    rerank_chars: int = 800
+
+    def require_vault(self) -> Path:
+        """The vault directory. Raises ConfigError when none is set."""
+        if self.vault is None:
+            raise ConfigError(
+                "no vault directory is set",
+                hint="run `puremind init <vault_dir>` or pass the vault directory to this command",
+            )
+        return self.vault
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The config directory: PUREMIND_HOME, else ~/.puremind."""
+    env = os.environ if env is None else env
+    raw = env.get("PUREMIND_HOME")
+    return expand(raw) if raw else Path.home() / ".puremind"
+
+
+def expand(raw: str | os.PathLike[str]) -> Path:
+    """A user path, with ~ expanded, made absolute (not resolved: symlinks are the vault's business)."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(raw))))
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The flat {field name: raw value} of a config.toml; {} when it does not exist.
+
+    Raises:
+        ConfigError: the file is unreadable, is not valid TOML (the message names file and line),
+            or holds an unknown key or a value of the wrong type.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from exc
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line L, column C)".
+        raise ConfigError(f"broken config file {path}: {exc}", hint="fix that line, or rewrite the file with `puremind init <vault> --force`") from exc
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            for sub, subvalue in value.items():
+                field = next((f for f in FIELDS if f.section == key and f.key == sub), None)
+                if field is None:
+                    raise ConfigError(f"config file {path}: unknown setting [{key}] {sub}", hint=_known_keys())
+                flat[field.name] = _coerce(field, subvalue, f"config file {path}: [{key}] {sub}")
+        else:
+            field = next((f for f in FIELDS if f.section is None and f.key == key), None)
+            if field is None:
+                raise ConfigError(f"config file {path}: unknown setting {key}", hint=_known_keys())
+            flat[field.name] = _coerce(field, value, f"config file {path}: {key}")
+    return flat
+
+
+def _known_keys() -> str:
+    names = [f.key if f.section is None else f"[{f.section}] {f.key}" for f in FIELDS]
+    return "known settings: " + ", ".join(names)
+
+
+def _coerce(field: Field, value: Any, where: str) -> Any:
+    """Check and convert one raw value (from TOML, the environment or a flag)."""
+    if field.kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.strip().lower() in ("1", "true", "yes", "on")
+        raise ConfigError(f"{where} must be true or false, not {value!r}")
+    if field.kind is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where} must be a whole number, not {value!r}")
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(f"{where} must be a whole number, not {value!r}") from None
+        if not isinstance(value, int):
+            raise ConfigError(f"{where} must be a whole number, not {value!r}")
+        if field.minimum is not None and value < field.minimum or field.maximum is not None and value > field.maximum:
+            raise ConfigError(f"{where} must be between {field.minimum} and {field.maximum}, not {value}")
+        return value
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{where} must be a string, not {value!r}")
+    text = os.fspath(value).strip()
+    if not text:
+        raise ConfigError(f"{where} is empty")
+    if field.kind is Path:
+        return expand(text)
+    if field.choices is not None and text.lower() not in field.choices:
+        raise ConfigError(f"{where} must be one of {', '.join(field.choices)}, not {text!r}")
+    return text.lower() if field.choices is not None else text
+
+
+def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Resolve every setting: flags > PUREMIND_* environment > config.toml > defaults.
+
+    `flags` maps field names to values given on the command line (None values are ignored).
+
+    Raises:
+        ConfigError: a broken config file or a bad value anywhere.
+    """
+    env = os.environ if env is None else env
+    home = home_dir(env)
+    config_path = home / "config.toml"
+    values: dict[str, Any] = read_config_file(config_path)
+    for field in FIELDS:
+        if field.env and env.get(field.env, "").strip():
+            values[field.name] = _coerce(field, env[field.env], f"environment variable {field.env}")
+    for name, value in (flags or {}).items():
+        if value is None:
+            continue
+        field = FIELD_BY_NAME[name]
+        values[name] = _coerce(field, value, f"--{name.replace('_', '-')}")
+    values.setdefault("db", home / "index.sqlite")
+    values.setdefault("vault", None)
+    # A model given without a revision: the pinned revision only belongs to the pinned default.
+    if "embedder_revision" not in values and values.get("embedder", DEFAULT_EMBEDDER) == DEFAULT_EMBEDDER:
+        values["embedder_revision"] = DEFAULT_EMBEDDER_REVISION
+    if "reranker_revision" not in values and values.get("reranker", DEFAULT_RERANKER) == DEFAULT_RERANKER:
+        values["reranker_revision"] = DEFAULT_RERANKER_REVISION
+    return Settings(home=home, config_path=config_path, **values)
+
+
+def render_config(values: Mapping[str, Any]) -> str:
+    """config.toml text for the given field values; unset settings appear as comments with their default."""
+    defaults = {f.name: getattr(Settings, f.name, None) for f in FIELDS}
+    defaults["db"] = "~/.puremind/index.sqlite"
+    defaults["embedder_revision"] = f"{DEFAULT_EMBEDDER_REVISION} (pinned for the default model)"
+    defaults["reranker_revision"] = f"{DEFAULT_RERANKER_REVISION} (pinned for the default model)"
+    lines = ["# pureMind configuration. Environment variables (PUREMIND_*) override it; flags override both.", ""]
+    section: str | None = None
+    for field in FIELDS:
+        if field.section != section:
+            section = field.section
+            lines += ["", f"[{section}]"]
+        env_note = f"  (env {field.env})" if field.env else ""
+        if field.name in values and values[field.name] is not None:
+            lines.append(f"{field.key} = {_toml_value(values[field.name])}{'' if not env_note else '  #' + env_note[1:]}")
+        else:
+            lines.append(f"# {field.key} = {_toml_value(defaults[field.name])}{env_note}")
+    return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(ch if ch >= " " or ch == "\t" else f"\\u{ord(ch):04x}" for ch in escaped)
+    return f'"{escaped}"'
+
+
+def setting_names() -> list[str]:
+    """Field names in table order (used by docs and tests)."""
+    return [f.name for f in FIELDS]
+
+
+def replace(settings: Settings, **changes: Any) -> Settings:
+    """A copy of settings with some fields changed."""
+    return dataclasses.replace(settings, **changes)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    """chmod `path` down to `mode` when it is more open; a missing path is fine."""
+    try:
+        current = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return
+    if current & ~mode:
+        try:
+            os.chmod(path, current & mode)
+        except OSError:
+            pass
+
+
+def secure_home(settings: Settings) -> None:
+    """Tighten a config directory (0700) and config.toml (0600) that an earlier version left more open."""
+    _tighten(settings.home, 0o700)
+    _tighten(settings.config_path, 0o600)
+
+
+def write_config(vault_dir: Path, *, force: bool = False, env: Mapping[str, str] | None = None) -> Path:
+    """Write config.toml naming `vault_dir`; with `force`, rewrite an existing one keeping its settings.
+
+    Raises:
+        ConfigError: the vault is not a directory, the file exists and `force` is not given, or an existing
+            file is broken (it is then left as it is).
+    """
+    from puremind.errors import VaultError
+
+    vault = expand(vault_dir)
+    if not vault.is_dir():
+        raise VaultError(
+            f"the vault {vault} {'is not a directory' if vault.exists() else 'does not exist'}",
+            hint="create the folder first, or give the folder that holds your Markdown notes",
+        )
+    home = home_dir(env)
+    path = home / "config.toml"
+    values: dict[str, Any] = {}
+    if path.exists():
+        if not force:
+            raise ConfigError(f"{path} already exists", hint="use `puremind init <vault_dir> --force` to rewrite it; your settings are kept")
+        values = read_config_file(path)
+    values["vault"] = vault
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(home, 0o700)
+    tmp = path.with_name(f".config.toml.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(render_config(values))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

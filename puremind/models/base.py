@@ -1,0 +1,49 @@
+"""The two interfaces models are handed in through. Nothing here imports onnxruntime or torch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+
+from puremind.errors import ModelError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from puremind.config import Settings
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors."""
+
+    #: identity of the vectors this embedder makes (model, revision, variant, pooling, prefix...);
+    #: vectors with different fingerprints are never compared.
+    fingerprint: str
+    dim: int
+
+    def embed(self, texts: Sequence[str], is_query: bool = False) -> "np.ndarray":
+        """One row per text, float32, L2-normalised. Queries get the model's instruction prefix."""
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores how well each passage answers a query, 0..1."""
+
+    def score(self, query: str, passages: Sequence[str]) -> "np.ndarray":
+        ...
+
+
+class ModelsUnavailable(ModelError):
+    """The embedding model cannot be used in this installation; keyword search still works."""
+
+
+def load_embedder(settings: "Settings") -> Embedder:
+    """The embedder the settings name.
+
+    Raises:
+        ModelsUnavailable: this build has no model runtime yet (the ONNX model layer lands separately).
+    """
+    raise ModelsUnavailable(
+        "semantic search is not available in this build: pureMind indexes and searches by keyword only",
+    )

@@ -1,0 +1,48 @@
+"""The plain records the store takes and gives back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What the index knows about one note file (paths are vault-relative POSIX strings)."""
+
+    path: str
+    sha256: str
+    size: int
+    mtime_ns: int
+    indexed_at: float  # seconds since the epoch when the note's content was last stored
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """One chunk of a note as it is stored."""
+
+    ord: int
+    heading_path: tuple[str, ...]
+    text: str
+    start_line: int
+    end_line: int
+    kind: str
+    text_sha256: str  # sha256 hex of the exact text that was (or would be) embedded
+    # 1-D float32 or float16; stored as float16 bytes; None = not embedded.
+    # Left out of ==/hash: comparing arrays with == gives an array, which breaks dataclass equality.
+    vector: numpy.ndarray | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A chunk found by a search (or fetched by id), with its note path and line span."""
+
+    chunk_id: int
+    path: str
+    heading_path: tuple[str, ...]
+    start_line: int
+    end_line: int
+    score: float
+    text: str
+    excerpt: str

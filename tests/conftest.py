@@ -1,0 +1,67 @@
+"""Shared fixtures: every test gets its own PUREMIND_HOME and no PUREMIND_* setting from the outside."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def puremind_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for key in list(os.environ):
+        if key.startswith("PUREMIND_"):
+            monkeypatch.delenv(key)
+    home = tmp_path / "home"
+    monkeypatch.setenv("PUREMIND_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+class FakeEmbedder:
+    """A deterministic embedder: hashed bag of words, L2-normalised. Counts what it embeds."""
+
+    def __init__(self, fingerprint: str = "fake-embedder-v1", dim: int = 64):
+        self.fingerprint = fingerprint
+        self.dim = dim
+        self.embedded: list[str] = []
+
+    def embed(self, texts, is_query: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            self.embedded.append(text)
+            for word in re.findall(r"\w+", text.lower()):
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+                out[row, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+            norm = np.linalg.norm(out[row])
+            out[row] = out[row] / norm if norm else out[row]
+            if not norm:
+                out[row, 0] = 1.0
+        return out
+
+
+@pytest.fixture
+def fake_embedder() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+def write(root: Path, rel: str, text: str) -> Path:
+    """Write a note (creating folders) and return its path."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Path:
+    root = tmp_path / "vault"
+    root.mkdir()
+    write(root, "coffee.md", "# Coffee\n\n## Grinder\n\nThe grinder setting is 2.4 for an 18 g dose of espresso, purge two grams after changes.\n")
+    write(root, "projects/deploy.md", "# Deploy\n\nRoll back production with the deploy script and the previous image tag printed at the end.\n")
+    write(root, "journal/day.md", "# Day\n\nDebugged a flaky test: two tests shared one SQLite file and a write transaction stayed open.\n")
+    return root
