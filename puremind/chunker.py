@@ -13,9 +13,11 @@ The pipeline, one small function per step:
 7. `_section_chunks`: a section over `max_chars` is cut into near-even, overlapping windows; a window that starts
    or ends inside a code fence (or the frontmatter) gets that block's opening / closing line back.
 
-Known limit: a line longer than `max_chars` is cut inside the line at a place chosen so that neither piece reads
-as a fence line on its own. A line made only of fence characters (thousands of backticks) leaves no such place;
-its pieces are then cut anyway and a chunk holding one may not balance its fences.
+A line longer than `max_chars` is cut inside the line (after a space or CJK punctuation when it can), at places
+where neither the line's start up to the cut nor the rest reads as a fence or frontmatter line on its own.
+Known limit: a line of more than `max_chars` made only of fence characters and spaces (or an opening fence with
+that many spaces before its info string) leaves no such place; it is cut anyway, and a chunk holding a piece of
+it may not balance its fences.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 import unicodedata
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 __all__ = ["CHUNKER_VERSION", "Chunk", "chunk_markdown"]
 
@@ -61,8 +63,9 @@ _CLOSING_HASHES_RE = re.compile(r"[ \t]+#+\Z")
 _FENCE_OPEN_RE = re.compile(r"( {0,3})(`{3,}|~{3,})(.*)")
 _FRONTMATTER_OPEN_RE = re.compile(r"---[ \t]*")
 _FRONTMATTER_CLOSE_RE = re.compile(r"(?:---|\.\.\.)[ \t]*")
-# A line start that could read as a fence or a frontmatter delimiter; pieces of a long line must not start so.
+# A line start that could read as a fence or a frontmatter delimiter (see _cut_guard, _tolerable_cut).
 _FENCE_LIKE_RE = re.compile(r" {0,3}([`~.\-])\1{2,}")
+_FENCE_RUN_RE = re.compile(r" {0,3}([`~])\1{2,}")
 # Where a long line may be cut with the least harm: after whitespace or CJK sentence / clause punctuation.
 _BREAK_AFTER_RE = re.compile(r"[\s\u3001\u3002\uff0c\uff1b\uff1a\uff01\uff1f\uff09\u300d\u300f\u3011\u3009\u300b]")
 # A piece must not start with these: it would read as a fence, a heading or a frontmatter delimiter.
@@ -113,9 +116,7 @@ class _Section:
     kind: str = "section"
 
 
-def chunk_markdown(
-    text: str, *, max_chars: int = 2048, min_chars: int = 100, overlap: float = 0.2
-) -> list[Chunk]:
+def chunk_markdown(text: str, *, max_chars: int = 2048, min_chars: int = 100, overlap: float = 0.2) -> list[Chunk]:
     """Cut a Markdown note into heading-aware chunks, in note order.
 
     Args:
@@ -315,9 +316,7 @@ def _place_frontmatter(doc: _Doc, sections: list[_Section], min_chars: int) -> l
     return [replace(sections[0], start=fm.first), *sections[1:]]
 
 
-def _merge_short_sections(
-    lines: list[str], sections: list[_Section], min_chars: int, max_chars: int
-) -> list[_Section]:
+def _merge_short_sections(lines: list[str], sections: list[_Section], min_chars: int, max_chars: int) -> list[_Section]:
     """Sections under min_chars (stripped) merge with the one before; the merge keeps the earlier breadcrumb.
 
     Not when there is no section before, not into frontmatter, and not when the merge would exceed max_chars.
@@ -357,16 +356,17 @@ class _Units:
     """
 
     source: str
-    text: list[str]
-    line: list[int]  # 0-based note line of each unit
-    opens_line: list[bool]  # first unit of its line
-    closes_line: list[bool]  # last unit of its line
-    start: list[int]
-    end: list[int]
-    blank_line: list[bool]  # the whole line is blank
-    block: list[int]  # index into _Doc.blocks, or -1
-    block_first: dict[int, int]  # block -> its first unit (start of the opening line)
-    block_last: dict[int, int]  # block -> its last unit (end of the closing line), closed blocks only
+    text: list[str] = field(default_factory=list)
+    line: list[int] = field(default_factory=list)  # 0-based note line of each unit
+    opens_line: list[bool] = field(default_factory=list)  # first unit of its line
+    closes_line: list[bool] = field(default_factory=list)  # last unit of its line
+    start: list[int] = field(default_factory=list)
+    end: list[int] = field(default_factory=list)
+    blank_line: list[bool] = field(default_factory=list)  # the whole line is blank
+    block: list[int] = field(default_factory=list)  # index into _Doc.blocks, or -1
+    block_first: dict[int, int] = field(default_factory=dict)  # block -> first unit (start of its opening line)
+    block_last: dict[int, int] = field(default_factory=dict)  # block -> last unit (end of its closing line)
+    barriers: list[int] = field(default_factory=list)  # units after which every window must end
 
     def __len__(self) -> int:
         return len(self.text)
@@ -384,18 +384,20 @@ class _Units:
 
 def _build_units(doc: _Doc, section: _Section, max_chars: int) -> _Units:
     piece_len = min(max_chars, max(16, max_chars // 8))
-    units = _Units(
-        source="\n".join(doc.lines[section.start : section.end + 1]),
-        text=[], line=[], opens_line=[], closes_line=[], start=[], end=[], blank_line=[], block=[],
-        block_first={}, block_last={},
-    )  # fmt: skip
+    units = _Units(source="\n".join(doc.lines[section.start : section.end + 1]))
     offset = 0
     for index in range(section.start, section.end + 1):
         line = doc.lines[index]
-        pieces = [line] if len(line) <= max_chars else _split_long_line(line, piece_len)
         block = doc.block_of[index]
-        if block >= 0 and doc.blocks[block].first == index:
+        opens_block = block >= 0 and doc.blocks[block].first == index
+        if opens_block:
             units.block_first[block] = len(units.text)
+        if len(line) <= max_chars:
+            pieces, walled = [line], 0
+        else:
+            opens_fence = opens_block and doc.blocks[block] is not doc.frontmatter
+            pieces, walled = _split_long_line(line, piece_len, max_chars, opens_fence)
+        units.barriers.extend(range(len(units.text), len(units.text) + walled))
         for k, piece in enumerate(pieces):
             units.text.append(piece)
             units.line.append(index)
@@ -412,25 +414,46 @@ def _build_units(doc: _Doc, section: _Section, max_chars: int) -> _Units:
     return units
 
 
-def _split_long_line(line: str, piece_len: int) -> list[str]:
-    """Cut a line longer than a window into pieces of at most piece_len, preferring cuts after spaces."""
+def _split_long_line(line: str, piece_len: int, max_chars: int, opens_fence: bool) -> tuple[list[str], int]:
+    """Cut a line longer than a window into pieces, preferring cuts after spaces.
+
+    A chunk that ends inside the line ends with the line's start up to the cut, and is read on its own; that
+    start must not read as a fence or frontmatter line where the whole line does not. Returns the pieces, and
+    how many leading pieces no window may run on past (see below).
+    """
     guard = _cut_guard(line)
-    pieces = []
+    pieces: list[str] = []
     pos = 0
+    walled = 0
+    run = _FENCE_RUN_RE.match(line)
+    if guard > max_chars and run is not None and not opens_fence:
+        # "``` alpha ... `b`" is no fence only thanks to a backtick more than a window away, so every window
+        # holding the line's start would read as an opening fence. Instead the marker run is cut into pieces of
+        # two marks (which read as text), each a window of its own; the rest then starts with at most two.
+        pos = run.start(1) + 2
+        pieces.append(line[:pos])
+        while run.end() - pos > 2:
+            pieces.append(line[pos : pos + 2])
+            pos += 2
+        walled = len(pieces)
     while len(line) - pos > piece_len:
-        cut = _find_cut(line, pos + max(1, piece_len // 2), pos + piece_len, guard)
+        lo = pos + max(1, piece_len // 2)
+        hi = pos + piece_len
+        if guard > lo and not walled:
+            lo, hi = guard, max(hi, min(guard, max_chars))  # the first piece may grow up to a window
+        cut = _find_cut(line, lo, hi)
         pieces.append(line[pos:cut])
         pos = cut
     pieces.append(line[pos:])
-    return pieces
+    return pieces, walled
 
 
 def _cut_guard(line: str) -> int:
-    """Smallest cut position that keeps the first piece from reading otherwise than the whole line.
+    """Smallest cut that keeps the line's start (up to the cut) reading like the whole line.
 
-    For a line such as "``` foo `x` ..." (not a fence: backtick in the info string) the first piece must hold
-    that backtick, and for any fence-like start it must hold a character after the run, or it would read as an
-    opening or closing fence (or a frontmatter `---`) in the chunk that ends with it.
+    For a line that starts with ``` or ~~~ that means the marker and a character after it (else it could read
+    as a closing fence) and, when a backtick follows the marker (which makes the line no fence), that backtick.
+    For a line starting with --- or ... it means more than the bare delimiter.
     """
     match = _FENCE_LIKE_RE.match(line)
     if match is None:
@@ -439,21 +462,27 @@ def _cut_guard(line: str) -> int:
     if match.group(1) == "`":
         tick = line.find("`", guard)
         if tick != -1:
-            guard = tick + 1
+            return tick + 1
     while guard < len(line) and line[guard] in " \t":
         guard += 1
     return guard + 1
 
 
 def _joins_previous(line: str, pos: int) -> bool:
-    """Cutting before line[pos] would split a user-perceived character (accent, emoji sequence)."""
+    """Cutting before line[pos] would split a user-perceived character (accent, emoji sequence, flag)."""
     ch = line[pos]
     return (
         unicodedata.category(ch) in ("Mn", "Mc", "Me")
         or ch in (_ZWJ, _ZWNJ)
         or "\U0001f3fb" <= ch <= "\U0001f3ff"  # emoji skin-tone modifiers
         or line[pos - 1] == _ZWJ
+        or _is_regional_indicator(ch)
+        and _is_regional_indicator(line[pos - 1])  # a flag is two of these
     )
+
+
+def _is_regional_indicator(ch: str) -> bool:
+    return "\U0001f1e6" <= ch <= "\U0001f1ff"
 
 
 def _clean_cut(line: str, pos: int) -> bool:
@@ -472,9 +501,8 @@ def _whole_characters_cut(line: str, pos: int) -> bool:
     return not _joins_previous(line, pos)
 
 
-def _find_cut(line: str, lo: int, hi: int, guard: int) -> int:
-    """A cut position in [lo, hi], the latest of the best kind found."""
-    lo = max(lo, guard)
+def _find_cut(line: str, lo: int, hi: int) -> int:
+    """A cut position in [lo, hi]: the latest of the best kind found."""
     if lo > hi:
         return hi  # pathological line (see module notes): cut where we must
     window = line[lo - 1 : hi]
@@ -492,9 +520,8 @@ def _find_cut(line: str, lo: int, hi: int, guard: int) -> int:
 # --- windows ------------------------------------------------------------------------------------------------------
 
 
-def _end_cost(units: _Units, u: int) -> float:
-    """Cost of a window ending after unit u."""
-    last = len(units) - 1
+def _end_cost(units: _Units, u: int, last: int) -> float:
+    """Cost of a window ending after unit u, in a run of units ending at `last`."""
     if u == last:
         return 0.0
     if not units.closes_line[u]:
@@ -510,7 +537,7 @@ def _end_cost(units: _Units, u: int) -> float:
 
 
 def _start_cost(units: _Units, u: int) -> float:
-    """Cost of a window starting at unit u (u > 0)."""
+    """Cost of a window starting at unit u (not the first of its run)."""
     if not units.opens_line[u]:
         return _COST_IN_LINE
     if units.starts_inside_block(u):
@@ -522,29 +549,28 @@ def _start_cost(units: _Units, u: int) -> float:
     return _COST_LINE
 
 
-def _window_size(remaining: int, count: int, overlap: float) -> float:
+def _window_size(remaining: float, count: int, overlap: float) -> float:
     """Length of each of `count` equal windows covering `remaining` characters with the given overlap."""
     return remaining / (count - (count - 1) * overlap)
 
 
-def _plan_windows(units: _Units, max_chars: int, overlap: float) -> list[tuple[int, int]]:
-    """Unit ranges (inclusive) of near-even overlapping windows, each at most max_chars of text.
+def _plan_windows(units: _Units, first: int, last: int, max_chars: int, overlap: float) -> list[tuple[int, int]]:
+    """Unit ranges (inclusive) of near-even overlapping windows over units first..last, each <= max_chars.
 
-    The window count is planned from the section length; each window then re-plans the rest, so that snapping
+    The window count is planned from the run's length; each window then re-plans the rest, so that snapping
     cuts to blank lines does not leave a stub at the end.
     """
-    last = len(units) - 1
-    total = units.end[last]
+    total = units.end[last] - units.start[first]
     if total <= max_chars:
-        return [(0, last)]
+        return [(first, last)]
     planned = 2
     while _window_size(total, planned, overlap) > max_chars * _PLAN_FILL:
         planned += 1
 
     windows: list[tuple[int, int]] = []
-    first, previous_end = 0, -1
+    previous_end = first - 1
     while True:
-        remaining = total - units.start[first]
+        remaining = units.end[last] - units.start[first]
         count = max(1, planned - len(windows))
         while _window_size(remaining, count, overlap) > max_chars:
             count += 1
@@ -552,7 +578,7 @@ def _plan_windows(units: _Units, max_chars: int, overlap: float) -> list[tuple[i
             windows.append((first, last))
             return windows
         size = _window_size(remaining, count, overlap)
-        end = _best_end(units, first, previous_end, units.start[first] + size, size, max_chars)
+        end = _best_end(units, first, previous_end, last, units.start[first] + size, size, max_chars)
         windows.append((first, end))
         if end == last:
             return windows
@@ -561,13 +587,15 @@ def _plan_windows(units: _Units, max_chars: int, overlap: float) -> list[tuple[i
         previous_end = end
 
 
-def _best_end(units: _Units, first: int, previous_end: int, target: float, size: float, max_chars: int) -> int:
+def _best_end(
+    units: _Units, first: int, previous_end: int, last: int, target: float, size: float, max_chars: int
+) -> int:
     """Last unit of the window starting at `first`: near `target`, at a good place, past the previous window."""
     lowest = max(first, previous_end + 1)
-    highest = bisect.bisect_right(units.end, units.start[first] + max_chars) - 1
+    highest = min(last, bisect.bisect_right(units.end, units.start[first] + max_chars) - 1)
     return min(
         range(lowest, highest + 1),
-        key=lambda u: _END_DISTANCE_WEIGHT * ((units.end[u] - target) / size) ** 2 + _end_cost(units, u),
+        key=lambda u: _END_DISTANCE_WEIGHT * ((units.end[u] - target) / size) ** 2 + _end_cost(units, u, last),
     )
 
 
@@ -601,9 +629,14 @@ def _render(doc: _Doc, units: _Units, first: int, last: int) -> str:
 
 def _section_chunks(doc: _Doc, section: _Section, max_chars: int, overlap: float) -> list[Chunk]:
     units = _build_units(doc, section, max_chars)
+    windows: list[tuple[int, int]] = []
+    run_start = 0
+    for run_end in [*units.barriers, len(units) - 1]:
+        windows.extend(_plan_windows(units, run_start, run_end, max_chars, overlap))
+        run_start = run_end + 1
     chunks: list[Chunk] = []
     previous_last = -1
-    for first, last in _plan_windows(units, max_chars, overlap):
+    for first, last in windows:
         window = _trim_window(units, first, last)
         if window is None or window[1] <= previous_last:
             continue  # only blank lines, or nothing the previous window did not already hold

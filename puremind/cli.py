@@ -6,6 +6,7 @@ time, so `puremind --help` starts fast; a test holds us to it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -35,6 +36,29 @@ class NothingFound(Exception):
     """A search that ran fine and found nothing: exit 1, no error line."""
 
 
+class _Interrupted(Exception):
+    """Ctrl-C inside a command (Typer would turn a KeyboardInterrupt into a silent exit)."""
+
+
+class _PipeClosed(Exception):
+    """The reader of stdout went away (`puremind search ... | head`); Typer would exit 1 = "nothing found"."""
+
+
+def _guarded(fn):
+    """Let `run` map Ctrl-C and a closed stdout itself, with its own messages and exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
+        except BrokenPipeError:
+            raise _PipeClosed() from None
+
+    return wrapper
+
+
 def _settings(**flags: Any):
     from puremind.config import load_settings, secure_home
 
@@ -44,6 +68,7 @@ def _settings(**flags: Any):
 
 
 @app.command()
+@_guarded
 def init(
     vault_dir: Path = typer.Argument(..., help="The folder of Markdown notes to index (an Obsidian vault works as is)."),
     force: bool = typer.Option(False, "--force", help="Rewrite an existing config.toml, keeping its settings."),
@@ -51,12 +76,15 @@ def init(
     """Write ~/.puremind/config.toml (PUREMIND_HOME overrides the folder)."""
     from puremind.config import write_config
 
-    path = write_config(vault_dir, force=force)
+    path, moved = write_config(vault_dir, force=force)
+    if moved is not None:
+        _notice(f"warning: the old config file could not be read; it was kept as {moved}")
     typer.echo(f"wrote {path}")
     typer.echo("next: `puremind index` to build the index, then `puremind search \"...\"`")
 
 
 @app.command()
+@_guarded
 def index(
     vault_dir: Optional[Path] = typer.Argument(None, help="The vault to index (default: the configured one)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Embed every note again; needed after changing the embedding model."),
@@ -72,6 +100,7 @@ def index(
 
 
 @app.command()
+@_guarded
 def search(
     query: str = typer.Argument(..., help="What to look for, in plain words."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=50, help="How many passages to show, 1 to 50."),
@@ -93,7 +122,29 @@ def search(
         raise NothingFound()
 
 
+@app.command("export-models")
+@_guarded
+def export_models(
+    variant: Optional[list[str]] = typer.Option(None, "--variant", metavar="NAME", help="Only this variant (fp32, fp16, int8); repeatable. Default: all."),
+    coreml: Optional[bool] = typer.Option(None, "--coreml/--no-coreml", help="Also convert to Core ML (default: on Apple Silicon only)."),
+    only: Optional[str] = typer.Option(None, "--only", metavar="ROLE", help="Only the 'embedder' or the 'reranker'."),
+    force: bool = typer.Option(False, "--force", help="Export again even when a verified export exists."),
+) -> None:
+    """Fetch the configured models at their pinned revisions and export them once to ONNX (needs the [export] extra)."""
+    from puremind.errors import ConfigError
+    from puremind.models.loader import export_configured
+
+    if only not in (None, "embedder", "reranker"):
+        raise ConfigError(f"--only must be 'embedder' or 'reranker', not {only!r}")
+    settings = _settings()
+    roles = (only,) if only else ("embedder", "reranker")
+    rows = export_configured(settings, variants=variant or None, coreml=coreml, roles=roles, force=force, progress=_notice)
+    for model, name, folder in rows:
+        typer.echo(f"{model}  {name:<7} {folder}")
+
+
 @app.command()
+@_guarded
 def demo() -> None:
     """Index a small sample vault into a temporary home and run a few searches."""
     from puremind.demo import run_demo
@@ -141,16 +192,27 @@ def run(argv: list[str] | None = None) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="puremind", standalone_mode=False)
+        if result == EXIT_INTERRUPTED:  # Typer's own mapping of a Ctrl-C outside our commands
+            _error("interrupted", None)
         return result if isinstance(result, int) else EXIT_OK
     except NothingFound:
         return EXIT_NOTHING_FOUND
     except PuremindError as exc:
         _error(exc.message, exc.hint)
         return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        sys.stderr.write("\n")
+    except (_Interrupted, typer.Abort, KeyboardInterrupt):
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")  # end a progress bar line
         _error("interrupted", None)
         return EXIT_INTERRUPTED
+    except _PipeClosed:
+        # The reader went away (`| head`): not an error, and not "nothing found" either.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_OK
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:
@@ -164,13 +226,11 @@ def run(argv: list[str] | None = None) -> int:
             hint = "to search for text that starts with '-', put `--` before the query: puremind search -- '-text'"
         _error(exc.format_message(), hint)
         return EXIT_ERROR
-    except BrokenPipeError:
-        # `puremind search ... | head`: the reader went away; not an error worth a traceback.
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
-        return EXIT_OK
+    except OSError as exc:
+        # A file system problem no layer below turned into a PuremindError: still one line, exit 2.
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        _error(f"{exc.strerror or exc}{where}", None)
+        return EXIT_ERROR
 
 
 def _error(message: str, hint: str | None) -> None:

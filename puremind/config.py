@@ -17,6 +17,10 @@ DEFAULT_RERANKER = "BAAI/bge-reranker-v2-m3"
 DEFAULT_RERANKER_REVISION = "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e"
 DEVICES = ("auto", "coreml", "mps", "cuda", "cpu")
 BACKENDS = ("onnx", "torch")
+VARIANTS = ("auto", "fp32", "fp16", "int8")
+POOLINGS = ("auto", "last_token", "mean", "cls")
+#: `[models] embedder = "none"` turns semantic search off: keyword search only, no model is loaded.
+NO_EMBEDDER = "none"
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class Field:
     minimum: int | None = None
     maximum: int | None = None
     choices: tuple[str, ...] | None = None
+    allow_empty: bool = False
 
 
 FIELDS: tuple[Field, ...] = (
@@ -42,6 +47,9 @@ FIELDS: tuple[Field, ...] = (
     Field("reranker_revision", "models", "reranker_revision", "PUREMIND_RERANK_REVISION", str),
     Field("device", "models", "device", "PUREMIND_DEVICE", str, choices=DEVICES),
     Field("backend", "models", "backend", "PUREMIND_BACKEND", str, choices=BACKENDS),
+    Field("variant", "models", "variant", "PUREMIND_VARIANT", str, choices=VARIANTS),
+    Field("pooling", "models", "pooling", None, str, choices=POOLINGS),
+    Field("query_prefix", "models", "query_prefix", None, str, allow_empty=True),
     Field("embed_max_seq", "models", "embed_max_seq", None, int, 16, 32768),
     Field("candidates", "retrieval", "candidates", None, int, 1, 1000),
     Field("rrf_k", "retrieval", "rrf_k", None, int, 1, 100000),
@@ -65,11 +73,19 @@ class Settings:
     reranker_revision: str | None = None
     device: str = "auto"
     backend: str = "onnx"
+    variant: str = "auto"
+    pooling: str = "auto"
+    query_prefix: str | None = None  # None: the model's own (manifest or sentence-transformers prompts)
     embed_max_seq: int = 2048
     candidates: int = 50
     rrf_k: int = 60
     rerank: bool = True
     rerank_chars: int = 800
+
+    @property
+    def semantic(self) -> bool:
+        """False when the user turned semantic search off (`embedder = "none"`)."""
+        return self.embedder.lower() != NO_EMBEDDER
 
     def require_vault(self) -> Path:
         """The vault directory. Raises ConfigError when none is set."""
@@ -85,7 +101,20 @@ def home_dir(env: Mapping[str, str] | None = None) -> Path:
     """The config directory: PUREMIND_HOME, else ~/.puremind."""
     env = os.environ if env is None else env
     raw = env.get("PUREMIND_HOME")
+    if raw:
+        _require_utf8(raw, "environment variable PUREMIND_HOME")
     return expand(raw) if raw else Path.home() / ".puremind"
+
+
+def _require_utf8(text: str, where: str) -> None:
+    """Paths are stored in config.toml and in the index as text: a name that is not UTF-8 cannot be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"{where}: the path {text.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8",
+            hint="rename the folder, or use a symlink with a UTF-8 name",
+        ) from None
 
 
 def expand(raw: str | os.PathLike[str]) -> Path:
@@ -112,7 +141,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not UTF-8 text") from exc
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message ends with "(at line L, column C)".
-        raise ConfigError(f"broken config file {path}: {exc}", hint="fix that line, or rewrite the file with `puremind init <vault> --force`") from exc
+        raise ConfigError(
+            f"broken config file {path}: {exc}",
+            hint="fix that line, or run `puremind init <vault_dir> --force` to write a fresh file (the broken one is kept beside it)",
+        ) from exc
     flat: dict[str, Any] = {}
     for key, value in doc.items():
         if isinstance(value, dict):
@@ -157,10 +189,13 @@ def _coerce(field: Field, value: Any, where: str) -> Any:
         return value
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{where} must be a string, not {value!r}")
+    if field.allow_empty:
+        return os.fspath(value)  # a prefix keeps its exact spacing; "" means none
     text = os.fspath(value).strip()
     if not text:
         raise ConfigError(f"{where} is empty")
     if field.kind is Path:
+        _require_utf8(text, where)
         return expand(text)
     if field.choices is not None and text.lower() not in field.choices:
         raise ConfigError(f"{where} must be one of {', '.join(field.choices)}, not {text!r}")
@@ -201,19 +236,28 @@ def render_config(values: Mapping[str, Any]) -> str:
     """config.toml text for the given field values; unset settings appear as comments with their default."""
     defaults = {f.name: getattr(Settings, f.name, None) for f in FIELDS}
     defaults["db"] = "~/.puremind/index.sqlite"
-    defaults["embedder_revision"] = f"{DEFAULT_EMBEDDER_REVISION} (pinned for the default model)"
-    defaults["reranker_revision"] = f"{DEFAULT_RERANKER_REVISION} (pinned for the default model)"
+    defaults["embedder_revision"] = DEFAULT_EMBEDDER_REVISION
+    defaults["reranker_revision"] = DEFAULT_RERANKER_REVISION
+    notes = {
+        "embedder_revision": "pinned for the default model",
+        "reranker_revision": "pinned for the default model",
+        "query_prefix": "default: the model's own",
+        "embedder": '"none" turns semantic search off',
+    }
     lines = ["# pureMind configuration. Environment variables (PUREMIND_*) override it; flags override both.", ""]
     section: str | None = None
     for field in FIELDS:
         if field.section != section:
             section = field.section
             lines += ["", f"[{section}]"]
-        env_note = f"  (env {field.env})" if field.env else ""
+        extra = [notes[field.name]] if field.name in notes else []
+        extra += [f"env {field.env}"] if field.env else []
+        env_note = f"  ({'; '.join(extra)})" if extra else ""
         if field.name in values and values[field.name] is not None:
             lines.append(f"{field.key} = {_toml_value(values[field.name])}{'' if not env_note else '  #' + env_note[1:]}")
         else:
-            lines.append(f"# {field.key} = {_toml_value(defaults[field.name])}{env_note}")
+            default = defaults[field.name]
+            lines.append(f"# {field.key} = {_toml_value(default) if default is not None else ''}{env_note}")
     return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
 
 
@@ -224,7 +268,7 @@ def _toml_value(value: Any) -> str:
         return str(value)
     text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = "".join(ch if ch >= " " or ch == "\t" else f"\\u{ord(ch):04x}" for ch in escaped)
+    escaped = "".join(f"\\u{ord(ch):04x}" if (ch < " " and ch != "\t") or ch == "\x7f" else ch for ch in escaped)
     return f'"{escaped}"'
 
 
@@ -257,16 +301,20 @@ def secure_home(settings: Settings) -> None:
     _tighten(settings.config_path, 0o600)
 
 
-def write_config(vault_dir: Path, *, force: bool = False, env: Mapping[str, str] | None = None) -> Path:
+def write_config(vault_dir: Path, *, force: bool = False, env: Mapping[str, str] | None = None) -> tuple[Path, Path | None]:
     """Write config.toml naming `vault_dir`; with `force`, rewrite an existing one keeping its settings.
 
+    A broken file cannot be kept: with `force` it is moved aside to `config.toml.broken` (or `.broken-N`) and
+    a fresh file is written. Returns (the config path, where a broken file was moved or None).
+
     Raises:
-        ConfigError: the vault is not a directory, the file exists and `force` is not given, or an existing
-            file is broken (it is then left as it is).
+        VaultError: the vault is not a directory.
+        ConfigError: the file exists and `force` is not given, or the config directory cannot be written.
     """
     from puremind.errors import VaultError
 
     vault = expand(vault_dir)
+    _require_utf8(str(vault), "the vault")
     if not vault.is_dir():
         raise VaultError(
             f"the vault {vault} {'is not a directory' if vault.exists() else 'does not exist'}",
@@ -275,22 +323,42 @@ def write_config(vault_dir: Path, *, force: bool = False, env: Mapping[str, str]
     home = home_dir(env)
     path = home / "config.toml"
     values: dict[str, Any] = {}
+    moved: Path | None = None
     if path.exists():
         if not force:
             raise ConfigError(f"{path} already exists", hint="use `puremind init <vault_dir> --force` to rewrite it; your settings are kept")
-        values = read_config_file(path)
+        try:
+            values = read_config_file(path)
+        except ConfigError:
+            moved = _move_aside(path)
     values["vault"] = vault
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _tighten(home, 0o700)
-    tmp = path.with_name(f".config.toml.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(render_config(values))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _tighten(home, 0o700)
+        tmp = path.with_name(f".config.toml.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(render_config(values))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the config file {path}: {exc.strerror or exc}",
+            hint="set PUREMIND_HOME to a folder you can write",
+        ) from None
+    return path, moved
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a broken config file out of the way (never overwriting an earlier one) and return its new name."""
+    for n in range(1000):
+        target = path.with_name(path.name + (".broken" if n == 0 else f".broken-{n}"))
+        if not target.exists():
+            os.replace(path, target)
+            return target
+    raise ConfigError(f"too many broken copies of {path}", hint="delete the old config.toml.broken-* files")

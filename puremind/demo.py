@@ -1,4 +1,4 @@
-"""`puremind demo`: index the sample vault shipped with the package into a temporary home and search it."""
+"""`puremind demo`: index the sample vault shipped with the package into a temporary index and search it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
-from puremind.config import load_settings
+from puremind.config import load_settings, replace
+from puremind.errors import ModelError
 
 SAMPLE_VAULT = Path(__file__).with_name("sample_vault")
 DEMO_QUERIES = (
@@ -18,33 +19,36 @@ DEMO_QUERIES = (
 
 
 def run_demo(notice: Callable[[str], None]) -> Iterator[str]:
-    """Copy the sample vault to a temporary folder, index it with a temporary home, run DEMO_QUERIES.
+    """Copy the sample vault to a temporary folder, index it into a temporary index file, run DEMO_QUERIES.
 
-    Nothing under the user's own ~/.puremind is read or written. Yields the lines to print.
+    The user's own vault and index are neither read nor written; exported models under PUREMIND_HOME are used
+    when they are there. When the embedding model is not available, one line says so and the demo uses
+    keyword search. Yields the lines to print.
     """
     from puremind.services import run_index, run_search
-
-    seen: set[str] = set()
-
-    def notice_once(message: str) -> None:
-        # The index and every search would each say the models are missing; once is enough.
-        key = "semantic" if "semantic search is not available" in message else message
-        if key not in seen:
-            seen.add(key)
-            notice(message)
 
     with tempfile.TemporaryDirectory(prefix="puremind-demo-") as tmp:
         vault = Path(tmp) / "vault"
         shutil.copytree(SAMPLE_VAULT, vault)
-        home = Path(tmp) / "home"
-        settings = load_settings(flags={"vault": vault, "db": home / "index.sqlite"}, env={"PUREMIND_HOME": str(home)})
+        settings = load_settings(flags={"vault": vault, "db": Path(tmp) / "index.sqlite"})
         yield f"sample vault: {len(list(vault.rglob('*.md')))} notes copied to {vault}"
-        report = run_index(settings, notice=notice_once)
+        lexical = not settings.semantic
+        if lexical:
+            notice('note: semantic search is off (embedder = "none"): using keyword search')
+        else:
+            try:
+                report = run_index(settings, notice=notice)
+            except ModelError as exc:
+                notice(f"note: the embedding model is not available here ({exc.message}): using keyword search")
+                lexical = True
+        if lexical:
+            settings = replace(settings, embedder="none")
+            report = run_index(settings, notice=notice)
         yield report.summary()
         for query in DEMO_QUERIES:
-            outcome = run_search(settings, query, limit=3, notice=notice_once)
+            outcome = run_search(settings, query, limit=3, lexical_only=lexical, notice=notice)
             yield ""
-            yield f"$ puremind search {query!r} --limit 3"
+            yield f"$ puremind search {query!r} --limit 3" + (" --lexical-only" if lexical else "")
             yield from outcome.render_text()
         yield ""
         yield "next: `puremind init <your notes folder>`, then `puremind index` and `puremind search \"...\"`"

@@ -53,6 +53,7 @@ class IndexReport:
     skipped: collections.Counter[str] = field(default_factory=collections.Counter)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     kept_unlisted: int = 0
+    kept_unreadable: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -72,7 +73,8 @@ class IndexReport:
         else:
             parts.append("0 skipped")
         if self.unreadable:
-            parts.append(f"{len(self.unreadable)} unreadable (previous entry kept)")
+            kept = f", {self.kept_unreadable} previous entries kept" if self.kept_unreadable else ""
+            parts.append(f"{len(self.unreadable)} unreadable{kept}")
         if self.kept_unlisted:
             parts.append(f"{self.kept_unlisted} kept below folders that could not be listed")
         return f"indexed {self.vault}: " + ", ".join(parts) + f" in {self.seconds:.1f}s"
@@ -102,8 +104,14 @@ class IndexLock:
         self._fd: int | None = None
 
     def __enter__(self) -> "IndexLock":
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the index folder or its lock file {self.path}: {exc.strerror or exc}",
+                hint="set PUREMIND_DB (or PUREMIND_HOME) to a place you can write",
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -178,7 +186,8 @@ def index_vault(
     missing_vector_paths = store.paths_missing_vectors() if needs_vectors and not model_changed else set()
 
     with store.batch():
-        store.set_meta(META_VAULT, str(root))
+        if rebuild:
+            store.rebuild_keyword_index()  # also repairs a damaged keyword index
         if embedder is not None:
             if model_changed:
                 store.clear_vectors()
@@ -202,23 +211,32 @@ def index_vault(
         if progress is not None:
             progress(done, total, note.rel)
         state = states.get(note.rel)
+        identity = note_identity(note)
         force = recut or model_changed or note.rel in missing_vector_paths
-        if state is not None and not force and state.size == note.size and state.mtime_ns == note.mtime_ns:
+        if (
+            state is not None
+            and not force
+            and (state.size, state.mtime_ns, state.identity) == (note.size, note.mtime_ns, identity)
+        ):
             report.unchanged += 1
             continue
         try:
             data = read_note(root, note)
         except NoteReadError as exc:
             report.unreadable.append((note.rel, getattr(exc, "reason", None) or str(exc)))
+            if state is not None:
+                report.kept_unreadable += 1
             continue
         digest = hashlib.sha256(data).hexdigest()
         if state is not None and not force and state.sha256 == digest:
-            pending.append(lambda n=note: store.touch_file(n.rel, n.size, n.mtime_ns))
+            pending.append(lambda n=note, i=identity: store.touch_file(n.rel, n.size, n.mtime_ns, identity=i))
             report.unchanged += 1
         else:
             # --rebuild embeds every note again; otherwise identical text anywhere in the index is reused.
             rows = _chunk_rows(data, embedder, store, reuse, report, allow_reuse=not rebuild)
-            pending.append(lambda n=note, d=digest, r=rows: store.put_file(n.rel, d, n.size, n.mtime_ns, r))
+            pending.append(
+                lambda n=note, d=digest, r=rows, i=identity: store.put_file(n.rel, d, n.size, n.mtime_ns, r, identity=i)
+            )
             if state is None:
                 report.added += 1
             else:
@@ -228,27 +246,34 @@ def index_vault(
     flush()
 
     present = {n.rel for n in walk.notes}
+    # Notes whose state the walk could not determine (a permission problem on a symlink's target): kept.
+    present.update(getattr(walk, "uncertain", ()))
     gone = [p for p in states if p not in present]
     kept = [p for p in gone if _below_any(p, walk.unlisted)]
     report.kept_unlisted = len(kept)
     gone = [p for p in gone if not _below_any(p, walk.unlisted)]
-    if gone and not walk.notes and states:
+    looks_empty = bool(gone) and not walk.notes and bool(states)
+    if looks_empty:
         report.warnings.append(
-            f"the vault {root} looks empty while the index holds {len(states)} notes: nothing was removed "
-            "(was a drive unmounted or a sync folder emptied?)"
+            f"the vault {root} looks empty while the index holds {_n(len(states), 'note')}: nothing was removed "
+            "(was a drive unmounted or a sync folder emptied? to start over, delete the index file)"
         )
         gone = []
     if walk.unlisted:
         shown = ", ".join(p or "." for p in walk.unlisted[:3]) + (" ..." if len(walk.unlisted) > 3 else "")
-        report.warnings.append(f"{len(walk.unlisted)} folders could not be listed ({shown}): their notes were kept")
+        report.warnings.append(f"{_n(len(walk.unlisted), 'folder')} could not be listed ({shown}): the notes below were kept")
     for rel, reason in report.unreadable[:3]:
-        report.warnings.append(f"cannot read {rel}: {reason} (previous entry kept)")
+        kept = " (previous entry kept)" if rel in states else ""
+        report.warnings.append(f"cannot read {rel}: {reason}{kept}")
     if len(report.unreadable) > 3:
-        report.warnings.append(f"... and {len(report.unreadable) - 3} more unreadable notes")
+        report.warnings.append(f"... and {_n(len(report.unreadable) - 3, 'more unreadable note')}")
     with store.batch():
         for path in gone:
             store.remove_file(path)
         store.set_meta(META_CHUNKER, chunker_signature())
+        if not looks_empty:
+            # Set last: an index is only relabelled to a vault once that vault's notes are in it.
+            store.set_meta(META_VAULT, str(root))
         store.set_meta(META_LAST_RUN, f"{time.time():.3f}")
     report.removed = len(gone)
     # The keyword index keeps old words in its segments until merged: compact so deleted text is gone.
@@ -330,6 +355,15 @@ def _check_vault_identity(store: Store, root: Path, rebuild: bool) -> None:
         f"this index was built for the vault {previous}, not {root}",
         hint="run `puremind index --rebuild` to replace it with this vault, or set PUREMIND_DB to use another index file",
     )
+
+
+def note_identity(note: NoteFile) -> str:
+    """Device, inode and ctime of the file a note is read from: any swap or rewrite changes one of them."""
+    return f"{note.dev}:{note.ino}:{getattr(note, 'ctime_ns', 0)}"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _below_any(path: str, folders: list[str]) -> bool:

@@ -19,15 +19,55 @@ def _quiet(_: str) -> None:
     pass
 
 
-def load_embedder_or_none(settings: Settings, notice: Notice):
-    """The configured embedder, or None (with one line saying why) when this installation cannot run it."""
-    from puremind.models.base import ModelsUnavailable, load_embedder
+def load_embedder_for_index(settings: Settings, notice: Notice):
+    """The configured embedder, or None when the user turned semantic search off (`embedder = "none"`).
+
+    Raises:
+        ModelsUnavailable: the model is not exported and the [export] extra is missing (the hint says what to run).
+        ModelError: the model cannot be found, fetched, exported or verified.
+    """
+    from puremind.models import SemanticOff
+    from puremind.models.loader import load_embedder
 
     try:
-        return load_embedder(settings)
-    except ModelsUnavailable as exc:
-        notice(f"note: {exc.message}")
+        return load_embedder(settings, progress=notice)
+    except SemanticOff:
         return None
+
+
+def current_fingerprint(settings: Settings) -> str | None:
+    """The fingerprint the configured embedder would give its vectors, without loading it (None: semantic off).
+
+    Raises:
+        ModelError: the configured model cannot be resolved.
+    """
+    from puremind.models.loader import _providers, _variant, fingerprint, resolve
+
+    if not settings.semantic:
+        return None
+    resolved = resolve(settings, "embedder")
+    if settings.backend == "torch":
+        return fingerprint(resolved, "torch-fp32", settings)
+    return fingerprint(resolved, _variant(settings, resolved, _providers(settings)), settings)
+
+
+def check_search_fingerprint(settings: Settings, store: Store) -> None:
+    """Refuse a semantic search over vectors of another model than the configured one.
+
+    Raises:
+        FingerprintMismatch: the configured embedder changed since the index was built.
+    """
+    from puremind.errors import FingerprintMismatch
+    from puremind.indexer import META_FINGERPRINT
+
+    stored = store.get_meta(META_FINGERPRINT)
+    if stored is None or store.counts().get("vectors", 0) == 0:
+        return
+    if current_fingerprint(settings) != stored:
+        raise FingerprintMismatch(
+            "the embedding model or its settings changed since this index was built: searches are refused",
+            hint="run `puremind index --rebuild` (or search with --lexical-only meanwhile)",
+        )
 
 
 def run_index(settings: Settings, *, rebuild: bool = False, progress=None, notice: Notice = _quiet):
@@ -39,7 +79,7 @@ def run_index(settings: Settings, *, rebuild: bool = False, progress=None, notic
     from puremind.indexer import IndexLock, index_vault
 
     vault = settings.require_vault()
-    embedder = load_embedder_or_none(settings, notice)
+    embedder = load_embedder_for_index(settings, notice)
     with IndexLock(settings.db):
         store = Store.open(settings.db)
         try:
@@ -82,7 +122,7 @@ class SearchOutcome:
         lines: list[str] = []
         for i, h in enumerate(self.hits, 1):
             crumb = " > ".join(h.heading_path)
-            lines.append(f"{i}. {h.path}:{h.start_line}  (lines {h.start_line}-{h.end_line})  {label} {h.score:.3f}")
+            lines.append(f"{i}. {h.path}:{h.start_line}  (lines {h.start_line}-{h.end_line})  {label} {h.score:.4g}")
             if crumb:
                 lines.append(f"   {crumb}")
             excerpt = " ".join(h.excerpt.split())
@@ -101,10 +141,11 @@ def run_search(settings: Settings, query: str, *, limit: int = 10, lexical_only:
     from puremind.retrieval.lexical import fts_match_expression
 
     match = fts_match_expression(query)  # refuse a bad query before touching the index
-    if not lexical_only:
-        notice("note: semantic search is not available in this build: showing keyword (BM25) results")
     store = Store.open(settings.db, create=False)
     try:
+        if not lexical_only:
+            check_search_fingerprint(settings, store)
+            notice("note: hybrid search is not wired into this build yet: showing keyword (BM25) results")
         hits = store.search_lexical(match, limit)
     finally:
         store.close()

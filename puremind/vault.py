@@ -9,6 +9,12 @@ symlink while the walk runs is not entered, and no path is ever longer than one 
 `read_note` repeats the checks at read time and compares the opened file's identity
 (device, inode) with the one the walk saw, so a note replaced by a symlink or another
 file between walk and read is refused rather than read through.
+
+Symlinks are resolved one name at a time relative to open folder descriptors (see
+`_resolve_link`), never through an absolute path: a vault deep in the file system can hold
+links whose absolute target exceeds PATH_MAX, and the error of each step tells a link that
+is broken apart from one whose target merely cannot be checked now (a permission problem).
+The latter is reported in `WalkResult.uncertain`, never as a deletion.
 """
 
 from __future__ import annotations
@@ -42,13 +48,33 @@ NOT_UTF8 = "name not UTF-8"
 PATH_TOO_LONG = "path too long"
 
 # Folders are only ever opened without following a symlink in their last component.
+# The walk lists folders, so it opens them for reading.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # The vault root was resolved with realpath, so following is fine (and needed) there.
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Reading a note and resolving a symlink only look names up. O_PATH (Linux) opens a folder for
+# that alone, which needs search (x) permission on the way but not read permission on the folder:
+# a note in a 711 folder is readable, as `cat` can read it. macOS has no O_PATH; O_RDONLY there
+# also needs read permission, so such a note is reported unreadable (its entry is kept).
+_LOOKUP = os.O_PATH if hasattr(os, "O_PATH") else os.O_RDONLY
+_LOOKUP_DIR_FLAGS = _LOOKUP | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_LOOKUP_ROOT_FLAGS = _LOOKUP | os.O_DIRECTORY | os.O_CLOEXEC
 # O_NONBLOCK: should a FIFO appear in the instant between our lstat and open, open returns at once.
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # The shortest note name, "x.md", after a "/": a folder longer than this allows holds no note.
 _SHORTEST_CHILD = len("/x.md")
+# Linux's MAXSYMLINKS: a path lookup that meets more symlinks than this fails with ELOOP.
+_MAX_SYMLINKS = 40
+# Errors that say for certain what a symlink leads to (nothing usable); the reason counted for
+# each. Any other error (EACCES, EPERM, EIO, EMFILE, ...) says only that it cannot be checked now.
+_DEFINITE_LINK_ERRORS = {
+    errno.ENOENT: SYMLINK_BROKEN,
+    errno.ENOTDIR: SYMLINK_BROKEN,
+    errno.ELOOP: SYMLINK_BROKEN,
+    # Resolution is one name at a time, so this means a single name in the target is longer than
+    # the file system allows (NAME_MAX): no such file can exist.
+    errno.ENAMETOOLONG: PATH_TOO_LONG,
+}
 
 
 @dataclass(frozen=True)
@@ -56,10 +82,16 @@ class NoteFile:
     """One note found by the walk."""
 
     rel: str  # vault-relative POSIX path of the entry as walked (a symlink keeps its own name)
+    # size, mtime_ns, dev, ino and ctime_ns all come from one stat of the file read_note will read
+    # (the target for an allowed in-vault symlink). ctime_ns changes on every write, rename or
+    # metadata change and cannot be set back by a tool (unlike mtime), so together with (dev, ino)
+    # it tells a note rewritten or swapped for another file of the same size and mtime (`mv`,
+    # `rsync -a`, a retargeted symlink) from an unchanged one.
     size: int
     mtime_ns: int
-    dev: int  # identity of the file that will be read (the target for an allowed in-vault symlink)
+    dev: int
     ino: int
+    ctime_ns: int
 
 
 @dataclass
@@ -71,6 +103,11 @@ class WalkResult:
     # searched for notes are counted; ordinary non-note files are not "skipped".
     skipped: Counter[str] = field(default_factory=Counter)
     unlisted: list[str] = field(default_factory=list)  # vault-relative folders not listed ("" = root)
+    # Sorted vault-relative paths of symlinks with a note name whose target could not be checked
+    # (a permission problem such as a target folder without search permission, or an I/O error):
+    # they may or may not be notes now. Neither in `notes` nor counted in `skipped`; the indexer
+    # keeps their previous entries, as it keeps everything below an `unlisted` folder.
+    uncertain: list[str] = field(default_factory=list)
 
 
 class NoteReadError(VaultError):
@@ -84,11 +121,18 @@ class NoteReadError(VaultError):
 
 @dataclass(frozen=True)
 class _LinkTarget:
-    """Where a symlink leads: the target's stat (None: broken, a loop or unreachable) and its
-    vault-relative path (None: it resolves outside the vault)."""
+    """Where a symlink leads.
 
-    stat: os.stat_result | None
-    rel: str | None
+    Resolved: `stat` is the final target's own stat and `rel` its vault-relative path (None when
+    it lies outside the vault). Not resolved: `stat` and `rel` are None and either `failed` names
+    the reason it can never be a note (broken, a loop, a name too long) or `unknown` holds the
+    error that kept the target from being checked (permission, I/O): it may still be a note.
+    """
+
+    stat: os.stat_result | None = None
+    rel: str | None = None
+    failed: str | None = None
+    unknown: OSError | None = None
 
 
 def note_rel_is_valid(rel: str) -> bool:
@@ -125,19 +169,22 @@ def walk_vault(root: Path) -> WalkResult:
                 hint="check the folder's permissions",
             ) from exc
         result = WalkResult()
-        _Walker(root_real, result).walk(root_fd, entries)
+        _Walker(_path_parts(root_real), result).walk(root_fd, entries)
     finally:
         os.close(root_fd)
     result.notes.sort(key=lambda note: note.rel)
+    result.uncertain.sort()
     return result
 
 
 def read_note(root: Path, note: NoteFile) -> bytes:
     """Read a walked note without following any symlink the walk did not allow.
 
-    Every folder on the path is opened with O_NOFOLLOW relative to its parent; an allowed
-    symlink note is read through its resolved in-vault target, opened the same way. The opened
-    file must be regular, at most MAX_NOTE_BYTES, and the same (dev, ino) the walk saw.
+    Every folder on the path is opened with O_NOFOLLOW relative to its parent (for lookup only,
+    so a folder needs search but not read permission); an allowed symlink note is read through
+    its resolved in-vault target, opened the same way. The opened file must be regular, at most
+    MAX_NOTE_BYTES, and the same (dev, ino) the walk saw. ctime is not compared: a note edited in
+    place since the walk is read with its new text (the indexer sees the new stat next run).
 
     Raises:
         NoteReadError: the note is gone or unreadable, was replaced by a symlink or another file
@@ -148,11 +195,11 @@ def read_note(root: Path, note: NoteFile) -> bytes:
         raise NoteReadError(rel, "not a note path")
     root_real = os.path.realpath(root)
     try:
-        root_fd = os.open(root_real, _ROOT_FLAGS)
+        root_fd = os.open(root_real, _LOOKUP_ROOT_FLAGS)
     except OSError as exc:
         raise NoteReadError(rel, f"the vault folder cannot be opened ({exc.strerror})") from exc
     try:
-        fd = _open_note(root_real, root_fd, note)
+        fd = _open_note(_path_parts(root_real), root_fd, note)
         try:
             return _read_bounded(fd, rel)
         finally:
@@ -164,12 +211,13 @@ def read_note(root: Path, note: NoteFile) -> bytes:
 def is_note_path(root: Path, rel: str) -> bool:
     """True when `rel` names a note the indexer would read: a valid note path (see
     note_rel_is_valid) reached through real folders only, naming a regular file of at most
-    MAX_NOTE_BYTES or a symlink the walk would index. Never raises for a bad path."""
+    MAX_NOTE_BYTES or a symlink the walk would index. A symlink whose target cannot be checked
+    (see WalkResult.uncertain) is not confirmed: False. Never raises for a bad path."""
     if not note_rel_is_valid(rel):
         return False
     root_real = os.path.realpath(root)
     try:
-        root_fd = os.open(root_real, _ROOT_FLAGS)
+        root_fd = os.open(root_real, _LOOKUP_ROOT_FLAGS)
     except OSError:
         return False
     try:
@@ -177,6 +225,9 @@ def is_note_path(root: Path, rel: str) -> bool:
         dir_fd = _open_folders(root_fd, parts[:-1])
         try:
             st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                target = _resolve_link(_path_parts(root_real), dir_fd, rel)
+                return target.unknown is None and _file_link_reason(target) is None
         finally:
             if dir_fd != root_fd:
                 os.close(dir_fd)
@@ -184,8 +235,6 @@ def is_note_path(root: Path, rel: str) -> bool:
         return False
     finally:
         os.close(root_fd)
-    if stat.S_ISLNK(st.st_mode):
-        return _file_link_reason(_resolve_link(root_real, rel)) is None
     return stat.S_ISREG(st.st_mode) and st.st_size <= MAX_NOTE_BYTES
 
 
@@ -196,8 +245,8 @@ class _Walker:
     even a bind-mount loop ends.
     """
 
-    def __init__(self, root_real: str, result: WalkResult):
-        self.root_real = root_real
+    def __init__(self, root_parts: list[str], result: WalkResult):
+        self.root_parts = root_parts
         self.result = result
         self.unlisted: set[str] = set()
 
@@ -229,7 +278,7 @@ class _Walker:
         try:
             # is_symlink / is_dir / is_file answer from the listing's d_type: no system call.
             if entry.is_symlink():
-                self._visit_symlink(rel, name)
+                self._visit_symlink(dir_fd, rel, name)
                 return None
             if entry.is_dir(follow_symlinks=False):
                 return self._enter_folder(dir_fd, rel, name)
@@ -256,8 +305,8 @@ class _Walker:
             self.unlisted.add(dir_rel)
         return None
 
-    def _visit_symlink(self, rel: str, name: str) -> None:
-        target = _resolve_link(self.root_real, rel)
+    def _visit_symlink(self, dir_fd: int, rel: str, name: str) -> None:
+        target = _resolve_link(self.root_parts, dir_fd, rel)
         to_folder = target.stat is not None and stat.S_ISDIR(target.stat.st_mode)
         if not to_folder and not _has_note_suffix(name):
             return  # would not be a note whatever it points at
@@ -267,7 +316,14 @@ class _Walker:
                 return  # never followed; its notes are listed under their real path
             reason = SYMLINK_OUTSIDE
         if reason is None:
-            reason = _length_reason(rel) or _file_link_reason(target)
+            reason = _length_reason(rel)
+        if reason is None and target.unknown is not None:
+            # Its target cannot be checked now: it may well still be a note, so it must not
+            # look deleted. The indexer keeps its previous entry.
+            self.result.uncertain.append(rel)
+            return
+        if reason is None:
+            reason = _file_link_reason(target)
         if reason is None:
             self._add_note(rel, target.stat)
         else:
@@ -301,8 +357,9 @@ class _Walker:
         return child_fd, rel, iter(entries)
 
     def _add_note(self, rel: str, st: os.stat_result) -> None:
-        self.result.notes.append(NoteFile(rel, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino))
-
+        self.result.notes.append(
+            NoteFile(rel, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
+        )
 
 
 def _open_root(root: Path, root_real: str) -> int:
@@ -336,7 +393,7 @@ def _list_dir(dir_fd: int) -> list[os.DirEntry[str]]:
 
 
 def _open_folders(root_fd: int, folders: list[str]) -> int:
-    """Open the folders below the root one by one, never following a symlink.
+    """Open the folders below the root one by one for lookup, never following a symlink.
 
     Returns the last folder's descriptor (root_fd itself when `folders` is empty; the caller
     closes any other). Raises OSError when a folder is missing, not a folder or a symlink.
@@ -344,7 +401,7 @@ def _open_folders(root_fd: int, folders: list[str]) -> int:
     dir_fd = root_fd
     try:
         for name in folders:
-            next_fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            next_fd = os.open(name, _LOOKUP_DIR_FLAGS, dir_fd=dir_fd)
             if dir_fd != root_fd:
                 os.close(dir_fd)
             dir_fd = next_fd
@@ -355,18 +412,32 @@ def _open_folders(root_fd: int, folders: list[str]) -> int:
     return dir_fd
 
 
-def _open_note(root_real: str, root_fd: int, note: NoteFile) -> int:
+def _open_note(root_parts: list[str], root_fd: int, note: NoteFile) -> int:
     """Open the file the walk identified as `note`; raise NoteReadError when that is impossible."""
     rel = note.rel
     fd = _open_regular_same(root_fd, rel, note, allow_link=True)
     if fd is not None:
         return fd
     # The entry is a symlink: allowed only when it still leads to an allowed note in the vault.
-    target = _resolve_link(root_real, rel)
+    try:
+        dir_fd = _open_folders(root_fd, rel.split("/")[:-1])
+    except OSError as exc:
+        raise NoteReadError(rel, f"a folder on its path cannot be opened ({exc.strerror})") from exc
+    try:
+        target = _resolve_link(root_parts, dir_fd, rel)
+    finally:
+        if dir_fd != root_fd:
+            os.close(dir_fd)
+    if target.unknown is not None:
+        raise NoteReadError(
+            rel, f"its symlink target cannot be checked ({target.unknown.strerror or target.unknown})"
+        )
     reason = _file_link_reason(target)
+    if reason == PATH_TOO_LONG:
+        raise NoteReadError(rel, "its symlink target has a name too long for the file system")
     if reason is not None:
         raise NoteReadError(rel, f"it is now a {reason}")
-    # realpath left no symlink in target.rel; if one appears now, opening it fails.
+    # Resolution left no symlink in target.rel; if one appears now, opening it fails.
     fd = _open_regular_same(root_fd, target.rel, note, allow_link=False, shown_rel=rel)
     assert fd is not None  # allow_link=False never returns None
     return fd
@@ -447,35 +518,100 @@ def _read_bounded(fd: int, rel: str) -> bytes:
     return content
 
 
-def _resolve_link(root_real: str, rel: str) -> _LinkTarget:
-    """Follow the symlink at `rel` (below the resolved root) to its final target, without opening it."""
-    path = os.path.join(root_real, rel)
-    try:
-        st = os.stat(path)  # follows the whole chain; ELOOP for a loop, ENOENT when broken
-    except (OSError, ValueError):
-        return _LinkTarget(None, None)
-    return _LinkTarget(st, _vault_rel(root_real, os.path.realpath(path)))
+def _resolve_link(root_parts: list[str], dir_fd: int, rel: str) -> _LinkTarget:
+    """Follow the symlink at `rel`, whose folder is open as `dir_fd`, to its final target.
 
+    Works like realpath, one name at a time: each name is looked up (lstat, readlink, O_PATH
+    open) relative to the descriptor of the folder reached so far, and the real path is kept as
+    a list of names. So no path handed to the OS is longer than one name (an absolute target
+    path beyond PATH_MAX resolves fine), nothing but folders is opened (a FIFO target never
+    blocks), and the errno of the failing step is known: ENOENT, ENOTDIR and ELOOP mean broken;
+    a permission or I/O error means the target cannot be checked (`unknown`). Never raises.
 
-def _vault_rel(root_real: str, real: str) -> str | None:
-    """`real` relative to the vault as a POSIX path; None when it lies outside.
-
-    Compared by path components, not string prefix: "/vault2/x" is not inside "/vault".
+    `root_parts` are the names of the resolved vault root, as from _path_parts.
     """
-    if real == root_real:
-        return ""
+    parts = rel.split("/")
+    real = root_parts + parts[:-1]  # the real path of the folder `fd` is open on, as names
+    pending = [parts[-1]]  # names still to resolve, the next one last
+    fd, owned = dir_fd, False  # owned: fd was opened here and must be closed here
+    links = 0
     try:
-        if os.path.commonpath([root_real, real]) != root_real:
-            return None
-    except ValueError:
+        while pending:
+            name = pending.pop()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if real:  # ".." of "/" is "/" itself
+                    fd, owned = _lookup_dir(fd, owned, ".."), True
+                    real.pop()
+                continue
+            st = os.lstat(name, dir_fd=fd)
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > _MAX_SYMLINKS:
+                    return _LinkTarget(failed=SYMLINK_BROKEN)
+                target = os.readlink(name, dir_fd=fd)
+                if not target:
+                    return _LinkTarget(failed=SYMLINK_BROKEN)  # an empty target is ENOENT
+                if target.startswith("/"):
+                    fd, owned = _lookup_dir(fd, owned, "/"), True
+                    real = []
+                pending.extend(reversed(target.split("/")))
+                continue
+            if not pending:
+                real.append(name)
+                return _LinkTarget(st, _vault_rel(root_parts, real))
+            if not stat.S_ISDIR(st.st_mode):
+                # More names follow (even just a trailing "/"): as stat() would, ENOTDIR.
+                return _LinkTarget(failed=SYMLINK_BROKEN)
+            fd, owned = _lookup_dir(fd, owned, name), True
+            real.append(name)
+        # Ended on a folder reached through ".", ".." or a trailing "/".
+        return _LinkTarget(os.fstat(fd), _vault_rel(root_parts, real))
+    except OSError as exc:
+        reason = _DEFINITE_LINK_ERRORS.get(exc.errno)  # type: ignore[arg-type]
+        return _LinkTarget(failed=reason) if reason else _LinkTarget(unknown=exc)
+    finally:
+        if owned:
+            os.close(fd)
+
+
+def _lookup_dir(fd: int, owned: bool, name: str) -> int:
+    """Open folder `name` (relative to `fd`, or "/") for lookup; close `fd` if owned.
+
+    On error `fd` is left open, so the caller's cleanup still closes it exactly once.
+    """
+    if name == "/":
+        new_fd = os.open("/", _LOOKUP_DIR_FLAGS)
+    else:
+        new_fd = os.open(name, _LOOKUP_DIR_FLAGS, dir_fd=fd)
+    if owned:
+        os.close(fd)
+    return new_fd
+
+
+def _path_parts(real: str) -> list[str]:
+    """The names of an absolute, resolved path: "/a/b" -> ["a", "b"], "/" -> []."""
+    return [part for part in real.split("/") if part]
+
+
+def _vault_rel(root_parts: list[str], real: list[str]) -> str | None:
+    """The real path `real` (as names) relative to the vault as a POSIX path; None outside.
+
+    Compared name by name, not by string prefix: "/vault2/x" is not inside "/vault".
+    """
+    if real[: len(root_parts)] != root_parts:
         return None
-    return os.path.relpath(real, root_real).replace(os.sep, "/")
+    return "/".join(real[len(root_parts):])
 
 
 def _file_link_reason(target: _LinkTarget) -> str | None:
-    """Why a symlink with a note name is skipped, or None when it leads to an allowed note."""
+    """Why a symlink with a note name is skipped, or None when it leads to an allowed note.
+
+    The caller first handles `target.unknown` (not checkable is not a reason to skip).
+    """
     if target.stat is None:
-        return SYMLINK_BROKEN
+        return target.failed or SYMLINK_BROKEN
     if target.rel is None:
         return SYMLINK_OUTSIDE
     st = target.stat

@@ -19,6 +19,8 @@ def puremind_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("PUREMIND_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # Keyword-only unless a test hands in a model: the real models cannot be downloaded here.
+    monkeypatch.setenv("PUREMIND_EMBED_MODEL", "none")
     return home
 
 

@@ -258,5 +258,5 @@ def test_demo_indexes_the_sample_vault_and_searches_it(capsys, puremind_home):
     code, out, err = run(capsys, "demo")
     assert code == 0, err
     assert "projects/espresso.md" in out and "Grinder setup" in out
-    assert err.count("semantic search is not available") == 1
+    assert err.count("using keyword search") == 1
     assert not (puremind_home / "index.sqlite").exists(), "the demo must not touch the user's own index"

@@ -17,7 +17,8 @@ from puremind.config import (
 from puremind.errors import ConfigError
 
 
-def test_defaults_match_the_spec(puremind_home):
+def test_defaults_match_the_spec(puremind_home, monkeypatch):
+    monkeypatch.delenv("PUREMIND_EMBED_MODEL")
     s = load_settings()
     assert s.db == puremind_home / "index.sqlite"
     assert (s.embedder, s.embedder_revision) == ("Qwen/Qwen3-Embedding-0.6B", DEFAULT_EMBEDDER_REVISION)
@@ -103,10 +104,14 @@ def test_rendered_config_reads_back_to_the_same_settings(tmp_path):
     assert back["embedder"] == "~/models/x", "a model name keeps its ~ so it stays a local-directory marker"
 
 
-def test_init_force_on_a_broken_file_leaves_it_alone(puremind_home, tmp_path):
+def test_init_force_on_a_broken_file_keeps_it_beside_a_fresh_one(puremind_home, tmp_path):
     puremind_home.mkdir()
     broken = '[retrieval\ncandidates = 3\n'
     (puremind_home / "config.toml").write_text(broken)
     with pytest.raises(ConfigError, match="line 1"):
-        write_config(tmp_path, force=True)
-    assert (puremind_home / "config.toml").read_text() == broken
+        load_settings()
+    path, moved = write_config(tmp_path, force=True)
+    assert moved == puremind_home / "config.toml.broken" and moved.read_text() == broken
+    assert load_settings().vault == tmp_path
+    (puremind_home / "config.toml").write_text(broken)
+    assert write_config(tmp_path, force=True)[1] == puremind_home / "config.toml.broken-1"

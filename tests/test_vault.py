@@ -8,9 +8,14 @@ variants skip when run as root.
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 import socket
 import stat
+import subprocess
+import sys
+import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
@@ -32,6 +37,8 @@ from puremind.vault import (
 )
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+HAS_O_PATH = hasattr(os, "O_PATH")
+REPO = Path(__file__).resolve().parents[1]
 ROOT_REASON = "runs as root, which ignores file permissions; the monkeypatched variant covers this"
 
 
@@ -144,11 +151,11 @@ def test_notes_are_sorted_by_vault_relative_posix_path(vault):
     assert all("\\" not in rel and not rel.startswith("/") for rel in rels(result))
 
 
-def test_a_note_records_its_size_mtime_and_file_identity(vault):
+def test_a_note_records_its_size_mtime_file_identity_and_ctime(vault):
     path = write(vault / "sub/n.md", b"12345")
     note = walk_vault(vault).notes[0]
     st = os.stat(path)
-    assert note == NoteFile("sub/n.md", 5, st.st_mtime_ns, st.st_dev, st.st_ino)
+    assert note == NoteFile("sub/n.md", 5, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 def test_unicode_note_names_that_are_valid_utf8_are_kept(vault):
@@ -159,7 +166,7 @@ def test_unicode_note_names_that_are_valid_utf8_are_kept(vault):
 
 def test_an_empty_vault_gives_no_notes_and_no_skips(vault):
     result = walk_vault(vault)
-    assert result == WalkResult(notes=[], skipped=Counter(), unlisted=[])
+    assert result == WalkResult(notes=[], skipped=Counter(), unlisted=[], uncertain=[])
 
 
 # ---------------------------------------------------------------- hidden and skipped folders
@@ -322,8 +329,10 @@ def test_a_symlink_to_a_note_inside_the_vault_is_indexed_under_its_own_name(vaul
     alias, real = note_for(result, "alias.md"), note_for(result, "real/note.md")
     st = os.stat(target)
     # The link's entry carries the identity and stat of the file that will be read: the target.
-    assert (alias.dev, alias.ino, alias.size, alias.mtime_ns) == (st.st_dev, st.st_ino, 9, st.st_mtime_ns)
-    assert (alias.dev, alias.ino) == (real.dev, real.ino)
+    assert (alias.dev, alias.ino, alias.size, alias.mtime_ns, alias.ctime_ns) == (
+        st.st_dev, st.st_ino, 9, st.st_mtime_ns, st.st_ctime_ns
+    )
+    assert (alias.dev, alias.ino, alias.ctime_ns) == (real.dev, real.ino, real.ctime_ns)
     assert read_note(vault, alias) == b"real text"
 
 
@@ -815,7 +824,7 @@ def test_read_note_refuses_a_symlink_note_retargeted_to_a_hidden_file(vault):
 def test_read_note_refuses_a_path_that_is_not_a_note_path(vault, outside):
     write(outside / "secret.md", b"secret")
     st = os.stat(outside / "secret.md")
-    forged = NoteFile("../outside/secret.md", st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino)
+    forged = NoteFile("../outside/secret.md", st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
     with pytest.raises(NoteReadError, match="not a note path"):
         read_note(vault, forged)
 
@@ -872,7 +881,7 @@ def test_read_note_leaks_no_file_descriptors(vault):
             read_note(vault, note)
         walk_vault(vault)
         with pytest.raises(NoteReadError):
-            read_note(vault, NoteFile("a/b/c.md", 4, 0, 0, 0))
+            read_note(vault, NoteFile("a/b/c.md", 4, 0, 0, 0, 0))
     assert len(os.listdir(fd_dir)) == before
 
 
@@ -940,3 +949,333 @@ def test_is_note_path_agrees_with_the_walk_on_a_mixed_vault(vault, outside):
 
 def test_is_note_path_is_false_for_a_missing_vault(tmp_path):
     assert not is_note_path(tmp_path / "nope", "n.md")
+
+
+# ---------------------------------------------------------------- change detection: ctime and identity
+
+_SAME_TIME_NS = 1_700_000_000_000_000_000
+
+
+def _stamped(path: Path, data: bytes) -> Path:
+    """Write `data` and set atime and mtime to one fixed instant, as an archive extraction might."""
+    write(path, data)
+    os.utime(path, ns=(_SAME_TIME_NS, _SAME_TIME_NS))
+    return path
+
+
+def test_a_symlink_retargeted_to_a_file_of_the_same_size_and_mtime_carries_the_new_targets_identity(vault):
+    _stamped(vault / "a.md", b"alpha text")
+    b = _stamped(vault / "b.md", b"betas text")
+    os.symlink("a.md", vault / "link.md")
+    before = note_for(walk_vault(vault), "link.md")
+    (vault / "link.md").unlink()
+    os.symlink("b.md", vault / "link.md")
+    after = note_for(walk_vault(vault), "link.md")
+    st = os.stat(b)
+    assert (after.size, after.mtime_ns) == (before.size, before.mtime_ns)
+    assert (after.dev, after.ino, after.ctime_ns) == (st.st_dev, st.st_ino, st.st_ctime_ns)
+    assert (after.dev, after.ino) != (before.dev, before.ino)
+    assert read_note(vault, after) == b"betas text"
+
+
+def test_a_note_replaced_by_mv_with_the_same_size_and_mtime_gets_a_new_identity(tmp_path, vault):
+    path = _stamped(vault / "n.md", b"version 1")
+    before = walk_vault(vault).notes[0]
+    # What `mv` and `rsync -a` do: write elsewhere, keep the mtime, rename over the note.
+    staged = _stamped(tmp_path / "staging.md", b"version 2")
+    os.rename(staged, path)
+    after = walk_vault(vault).notes[0]
+    st = os.stat(path)
+    assert (after.size, after.mtime_ns) == (before.size, before.mtime_ns)
+    assert (after.ino, after.ctime_ns) == (st.st_ino, st.st_ctime_ns)
+    assert (after.dev, after.ino, after.ctime_ns) != (before.dev, before.ino, before.ctime_ns)
+    assert read_note(vault, after) == b"version 2"
+
+
+def test_a_note_rewritten_in_place_with_its_mtime_put_back_gets_a_new_ctime(vault):
+    path = _stamped(vault / "n.md", b"version 1")
+    before = walk_vault(vault).notes[0]
+    _stamped(path, b"version 2")  # same inode, same size, same mtime
+    after = walk_vault(vault).notes[0]
+    st = os.stat(path)
+    assert (after.size, after.mtime_ns, after.ino) == (before.size, before.mtime_ns, before.ino)
+    assert after.ctime_ns == st.st_ctime_ns
+    if st.st_ctime_ns == before.ctime_ns:
+        pytest.skip("this file system's ctime did not tick between the two writes")
+    assert after.ctime_ns != before.ctime_ns
+
+
+# ---------------------------------------------------------------- symlink resolution edge cases
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["./n.md", "sub/../n.md", "sub//../n.md", "sub/deeper/../../n.md", "../vault/n.md", "../vault/./sub/../n.md"],
+)
+def test_symlink_targets_with_dot_parts_resolve_like_the_kernel_does(vault, target):
+    write(vault / "n.md", b"N")
+    (vault / "sub/deeper").mkdir(parents=True)
+    os.symlink(target, vault / "link.md")
+    result = walk_vault(vault)
+    assert rels(result) == ["link.md", "n.md"]
+    assert read_note(vault, note_for(result, "link.md")) == b"N"
+
+
+def test_a_symlink_through_a_file_or_with_a_trailing_slash_on_a_file_is_broken(vault):
+    write(vault / "n.md", b"N")
+    os.symlink("n.md/", vault / "slash.md")  # stat("n.md/") is ENOTDIR
+    os.symlink("n.md/x.md", vault / "through.md")
+    result = walk_vault(vault)
+    assert rels(result) == ["n.md"]
+    assert result.skipped == Counter({"symlink loop or broken": 2})
+    assert result.uncertain == []
+
+
+def test_a_chain_of_forty_symlinks_resolves_and_forty_one_is_a_loop(vault):
+    write(vault / "n.md", b"N")
+    previous = "n.md"
+    for i in range(41):
+        os.symlink(previous, vault / f"l{i:02}.md")
+        previous = f"l{i:02}.md"
+    result = walk_vault(vault)
+    # l00 follows 1 link ... l39 follows 40 (Linux's limit, as stat() would); l40 follows 41.
+    assert "l39.md" in rels(result) and "l40.md" not in rels(result)
+    assert result.skipped == Counter({"symlink loop or broken": 1})
+    assert read_note(vault, note_for(result, "l39.md")) == b"N"
+
+
+def test_a_symlink_target_with_a_name_too_long_for_the_file_system_is_path_too_long(vault):
+    os.symlink("x" * 300 + ".md", vault / "long.md")  # no file system allows a 303-byte name
+    result = walk_vault(vault)
+    assert rels(result) == []
+    assert result.skipped == Counter({"path too long": 1})
+    assert not is_note_path(vault, "long.md")
+
+
+def _path_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 4096
+
+
+def test_symlinks_in_a_vault_whose_absolute_paths_exceed_path_max_are_resolved(tmp_path, monkeypatch):
+    # The vault itself lies deep (its own path fits PATH_MAX), and notes deeper still: absolute
+    # paths of notes and links pass PATH_MAX though their vault-relative paths are well within
+    # MAX_PATH_CHARS. Resolution relative to folder descriptors never builds those paths.
+    path_max = _path_max(tmp_path)
+    vault_rel = _make_deep_folder(tmp_path, path_max - 300 - len(str(tmp_path)), monkeypatch)
+    vault = tmp_path / vault_rel
+    notes_rel = _make_deep_folder(Path("."), 500, monkeypatch)  # inside the vault; cwd is now there
+    depth = notes_rel.count("/") + 1
+    with open("deep.md", "wb") as handle:
+        handle.write(b"deep")
+    os.symlink("../" * depth + "top.md", "up.md")  # a link whose own absolute path is too long
+    os.symlink("deep.md", "side.md")
+    monkeypatch.chdir(vault)
+    with open("top.md", "wb") as handle:
+        handle.write(b"top")
+    os.symlink(f"{notes_rel}/deep.md", "down.md")  # a link whose target's absolute path is too long
+    assert len(str(vault)) + 1 + len(f"{notes_rel}/deep.md") > path_max
+    result = walk_vault(vault)
+    expected = {"down.md": b"deep", f"{notes_rel}/deep.md": b"deep", f"{notes_rel}/side.md": b"deep",
+                f"{notes_rel}/up.md": b"top", "top.md": b"top"}  # fmt: skip
+    assert rels(result) == sorted(expected)
+    assert result.skipped == Counter() and result.uncertain == [] and result.unlisted == []
+    assert {note.rel: read_note(vault, note) for note in result.notes} == expected
+    assert all(is_note_path(vault, rel) for rel in expected)
+
+
+# ---------------------------------------------------------------- symlink targets that cannot be checked
+
+
+def _fail_lookup(monkeypatch, name: str, err: int = errno.EACCES) -> None:
+    """Make os.lstat of `name` (any folder) fail with `err`, as when its folder cannot be searched."""
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if path == name:
+            raise OSError(err, os.strerror(err), path)
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(vault_mod.os, "lstat", lstat)
+
+
+@pytest.mark.parametrize("err", [errno.EACCES, errno.EPERM, errno.EIO, errno.EMFILE], ids=errno.errorcode.get)
+def test_a_symlink_whose_target_cannot_be_examined_is_uncertain_not_broken(vault, monkeypatch, err):
+    write(vault / "other.md")
+    write(vault / "private/target.md")
+    os.symlink("private/target.md", vault / "link.md")
+    os.symlink("private/target.md", vault / "alias.txt")  # not a note name: never reported
+    os.symlink("private/target.md", vault / ".hidden.md")  # hidden whatever it leads to
+    _fail_lookup(monkeypatch, "target.md", err)
+    result = walk_vault(vault)
+    assert rels(result) == ["other.md", "private/target.md"]  # the walk stats entries itself
+    assert result.uncertain == ["link.md"]
+    assert result.skipped == Counter({"hidden": 1})  # not "symlink loop or broken"
+    assert result.unlisted == []
+
+
+def test_a_symlink_in_a_folder_that_lists_but_cannot_be_searched_is_uncertain(vault, monkeypatch):
+    write(vault / "real.md")
+    os.makedirs(vault / "links")
+    os.symlink("../real.md", vault / "links/l.md")
+    _fail_lookup(monkeypatch, "l.md")  # the link itself cannot be examined (folder mode r--)
+    result = walk_vault(vault)
+    assert rels(result) == ["real.md"]
+    assert result.uncertain == ["links/l.md"]
+    assert result.skipped == Counter()
+
+
+def test_a_symlink_into_a_folder_that_cannot_be_opened_is_uncertain(vault, monkeypatch):
+    write(vault / "other.md")
+    write(vault / "private/target.md")
+    os.symlink("private/target.md", vault / "link.md")
+    real_open = os.open
+
+    def fake_open(path, flags, *args, **kwargs):
+        if path == "private":  # chmod 000: neither listed by the walk nor searched by the link
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(vault_mod.os, "open", fake_open)
+    result = walk_vault(vault)
+    assert rels(result) == ["other.md"]
+    assert result.unlisted == ["private"]
+    assert result.uncertain == ["link.md"]
+    assert result.skipped == Counter()
+
+
+def test_several_uncertain_symlinks_are_listed_sorted(vault, monkeypatch):
+    write(vault / "t.md")
+    for rel in ["z.md", "a/y.md", "b.md", "a/b/x.md"]:
+        (vault / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(vault / "t.md", (vault / rel).parent), vault / rel)
+    _fail_lookup(monkeypatch, "t.md")
+    assert walk_vault(vault).uncertain == ["a/b/x.md", "a/y.md", "b.md", "z.md"]
+
+
+def test_read_note_and_is_note_path_refuse_a_symlink_whose_target_can_no_longer_be_checked(vault, monkeypatch):
+    write(vault / "private/target.md", b"T")
+    os.symlink("private/target.md", vault / "link.md")
+    note = note_for(walk_vault(vault), "link.md")
+    _fail_lookup(monkeypatch, "target.md")
+    with pytest.raises(NoteReadError, match="cannot be checked") as info:
+        read_note(vault, note)
+    assert "broken" not in info.value.reason
+    assert not is_note_path(vault, "link.md")
+
+
+@pytest.mark.skipif(not HAS_O_PATH, reason="O_PATH is Linux-only; elsewhere a folder must be readable too")
+def test_a_note_in_a_folder_that_can_be_searched_but_not_listed_is_read_through_its_symlink(vault, monkeypatch):
+    write(vault / "secret/n.md", b"secret text")
+    os.symlink("secret/n.md", vault / "via.md")
+    st = os.stat(vault / "secret/n.md")
+    direct = NoteFile("secret/n.md", st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
+    real_open = os.open
+
+    def open_711(path, flags, *args, **kwargs):
+        # What the kernel does with another user's 711 folder: lookups (O_PATH) yes, reading no.
+        if path == "secret" and not flags & os.O_PATH:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(vault_mod.os, "open", open_711)
+    result = walk_vault(vault)
+    assert rels(result) == ["via.md"]
+    assert result.unlisted == ["secret"]  # listing still needs read permission
+    assert read_note(vault, note_for(result, "via.md")) == b"secret text"
+    assert read_note(vault, direct) == b"secret text"
+    assert is_note_path(vault, "via.md") and is_note_path(vault, "secret/n.md")
+
+
+# ---------------------------------------------------------------- real permissions, as another user
+
+# Walks a vault and prints what it found as JSON; run as a user whom permissions bind.
+_WALK_AS_USER = r"""
+import json, sys
+from puremind.vault import is_note_path, read_note, walk_vault
+root = sys.argv[1]
+result = walk_vault(root)
+read = {}
+for note in result.notes:
+    try:
+        read[note.rel] = read_note(root, note).decode()
+    except Exception as exc:
+        read[note.rel] = f"error: {exc}"
+print(json.dumps({
+    "skipped": dict(result.skipped), "unlisted": result.unlisted, "uncertain": result.uncertain,
+    "read": read, "is_note": {rel: is_note_path(root, rel) for rel in sys.argv[2:]},
+}))
+"""
+
+
+@pytest.fixture
+def as_user():
+    """(vault, run): a vault in a world-searchable temporary folder, and run(*rels) that walks it as a
+    user whom permissions bind (`nobody` through setpriv when the tests run as root) and returns the
+    decoded JSON of _WALK_AS_USER, asking is_note_path about `rels`."""
+    prefix: list[str] = []
+    if IS_ROOT:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: cannot test as a user that permissions bind")
+        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import puremind.vault"], env=env, capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"the other user cannot run this Python or import puremind: {probe.stderr[-300:]!r}")
+    base = Path(tempfile.mkdtemp(prefix="pm-vault-"))
+    os.chmod(base, 0o755)  # tmp_path lies in a folder only its owner can search
+    vault = base / "vault"
+    vault.mkdir()
+
+    def run(*rels: str) -> dict:
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-c", _WALK_AS_USER, str(vault), *rels],
+            env=env, capture_output=True, text=True, timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    try:
+        yield vault, run
+    finally:
+        for dirpath, dirnames, _ in os.walk(base):
+            for name in dirnames:
+                if not os.path.islink(os.path.join(dirpath, name)):
+                    os.chmod(os.path.join(dirpath, name), 0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_symlinks_whose_targets_permissions_hide_them_are_uncertain_for_a_real_user(as_user):
+    vault, run = as_user
+    write(vault / "other.md", b"other")
+    write(vault / "private/target.md", b"T")
+    os.symlink("private/target.md", vault / "link.md")
+    write(vault / "links/keep.txt", b"")
+    os.symlink("../other.md", vault / "links/l.md")
+    os.chmod(vault / "private", 0)  # neither listable nor searchable
+    os.chmod(vault / "links", 0o744)  # for others: listable (r) but not searchable (no x)
+    found = run("link.md", "links/l.md")
+    assert found["read"] == {"other.md": "other"}
+    assert found["uncertain"] == ["link.md", "links/l.md"]
+    assert found["unlisted"] == ["private"]
+    assert found["skipped"] == {}  # in particular, not "symlink loop or broken"
+    assert found["is_note"] == {"link.md": False, "links/l.md": False}
+
+
+def test_a_symlink_into_a_searchable_but_unlistable_folder_is_read_by_a_real_user(as_user):
+    vault, run = as_user
+    write(vault / "secret/n.md", b"secret text")
+    os.symlink("secret/n.md", vault / "via.md")
+    os.chmod(vault / "secret", 0o711)  # others may look names up (like `cat secret/n.md`) but not list
+    found = run("via.md", "secret/n.md")
+    assert found["unlisted"] == ["secret"]
+    if HAS_O_PATH:
+        assert found["read"] == {"via.md": "secret text"}
+        assert found["is_note"] == {"via.md": True, "secret/n.md": True}
+        assert found["uncertain"] == []
+    else:  # without O_PATH a folder must be readable to be opened: unknown, never broken
+        assert found["read"] == {} and found["uncertain"] == ["via.md"]
+    assert found["skipped"] == {}

@@ -1,5 +1,9 @@
-"""The model layer: small Protocols the rest of pureMind depends on, and the loaders behind them."""
+"""The model layer: small Protocols the rest of pureMind depends on, and the loaders behind them.
 
-from puremind.models.base import Embedder, Reranker, load_embedder
+Importing this package loads neither onnxruntime nor torch; `puremind.models.loader` reaches for them only when
+a model is actually used.
+"""
 
-__all__ = ["Embedder", "Reranker", "load_embedder"]
+from puremind.models.base import Embedder, ModelsUnavailable, Reranker, SemanticOff
+
+__all__ = ["Embedder", "ModelsUnavailable", "Reranker", "SemanticOff"]

@@ -9,8 +9,6 @@ from puremind.errors import ModelError
 if TYPE_CHECKING:
     import numpy as np
 
-    from puremind.config import Settings
-
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -35,15 +33,8 @@ class Reranker(Protocol):
 
 
 class ModelsUnavailable(ModelError):
-    """The embedding model cannot be used in this installation; keyword search still works."""
+    """The model is not exported for ONNX Runtime and this installation cannot export it (no [export] extra)."""
 
 
-def load_embedder(settings: "Settings") -> Embedder:
-    """The embedder the settings name.
-
-    Raises:
-        ModelsUnavailable: this build has no model runtime yet (the ONNX model layer lands separately).
-    """
-    raise ModelsUnavailable(
-        "semantic search is not available in this build: pureMind indexes and searches by keyword only",
-    )
+class SemanticOff(ModelError):
+    """The user turned semantic search off (`[models] embedder = "none"`): keyword search only."""

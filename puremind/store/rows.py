@@ -16,6 +16,9 @@ class FileState:
     size: int
     mtime_ns: int
     indexed_at: float  # seconds since the epoch when the note's content was last stored
+    # "dev:ino:ctime_ns" of the file that was read ("" when unknown): size and mtime alone miss a note
+    # swapped for another file of the same size and mtime (`mv`, `rsync -a`, a retargeted symlink).
+    identity: str = ""
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             END""",
         ),
     ),
+    Migration(
+        2,
+        "files.identity: device, inode and ctime of the file read, so a same-size, same-mtime swap is noticed",
+        # '' for rows of an older index: their next run hashes them once (cheap) to fill it in.
+        ("ALTER TABLE files ADD COLUMN identity TEXT NOT NULL DEFAULT ''",),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

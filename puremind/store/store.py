@@ -299,12 +299,14 @@ class Store:
             StoreError: the index cannot be read.
         """
         rows = self._db.execute(
-            "SELECT path, sha256, size, mtime_ns, indexed_at FROM files"
+            "SELECT path, sha256, size, mtime_ns, indexed_at, identity FROM files"
         ).fetchall()
         return {row[0]: FileState(*row) for row in rows}
 
     @_guarded("write")
-    def put_file(self, path: str, sha256: str, size: int, mtime_ns: int, chunks: list[ChunkRow]) -> None:
+    def put_file(
+        self, path: str, sha256: str, size: int, mtime_ns: int, chunks: list[ChunkRow], *, identity: str = ""
+    ) -> None:
         """Insert or replace the file `path` and all its chunks (the old chunks and their FTS
         entries are deleted). Needs an open batch.
 
@@ -329,11 +331,11 @@ class Store:
             for chunk in chunks
         ]
         file_id = conn.execute(
-            "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at) VALUES (?, ?, ?, ?, ?)"
+            "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at, identity) VALUES (?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(path) DO UPDATE SET sha256 = excluded.sha256, size = excluded.size,"
-            " mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at"
+            " mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at, identity = excluded.identity"
             " RETURNING id",
-            (path, sha256, int(size), int(mtime_ns), time.time()),
+            (path, sha256, int(size), int(mtime_ns), time.time(), identity),
         ).fetchall()[0][0]  # fetchall: a RETURNING statement must run to its end before the next one
         # Row by row through the delete trigger, so the FTS index forgets exactly these rows.
         deleted = conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,)).rowcount
@@ -346,7 +348,7 @@ class Store:
         )
 
     @_guarded("write")
-    def touch_file(self, path: str, size: int, mtime_ns: int) -> None:
+    def touch_file(self, path: str, size: int, mtime_ns: int, *, identity: str = "") -> None:
         """Record a new size and mtime for a file whose content did not change (its chunks and
         indexed_at stay). Needs an open batch.
 
@@ -357,7 +359,8 @@ class Store:
         """
         conn = self._require_batch("touch_file")
         cursor = conn.execute(
-            "UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (int(size), int(mtime_ns), path)
+            "UPDATE files SET size = ?, mtime_ns = ?, identity = ? WHERE path = ?",
+            (int(size), int(mtime_ns), identity, path),
         )
         if cursor.rowcount == 0:
             raise KeyError(path)
@@ -448,6 +451,12 @@ class Store:
             raise from_sqlite(self._path, exc, "read") from exc
         except sqlite3.Error as exc:
             raise from_sqlite(self._path, exc, "read") from exc
+        if any(row[5] is None or row[6] is None for row in rows):
+            # FTS5 pointing at rows it cannot score: its segments no longer match the chunks table.
+            raise StoreError(
+                f"the keyword index in {self._path} is damaged",
+                hint="run `puremind index --rebuild` to rebuild it from the stored chunks",
+            )
         return [
             Hit(
                 chunk_id=row[0],
@@ -457,10 +466,23 @@ class Store:
                 end_line=row[4],
                 score=float(row[5]),
                 text=row[6],
-                excerpt=row[7] if row[7] and row[7].strip() else row[6][:EXCERPT_CHARS],
+                # A snippet of one very long "word" can run to thousands of characters.
+                excerpt=(row[7] if row[7] and row[7].strip() else row[6])[:EXCERPT_CHARS],
             )
             for row in rows
         ]
+
+    @_guarded("write")
+    def rebuild_keyword_index(self) -> None:
+        """Rebuild the FTS5 index from the chunks table (repairs a damaged one). Needs an open batch.
+
+        Raises:
+            RuntimeError: no batch is open.
+            StoreError: the index cannot be written.
+        """
+        conn = self._require_batch("rebuild_keyword_index")
+        conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+        self._mark_compact_pending(conn)
 
     @_guarded("read")
     def vectors(self) -> tuple[numpy.ndarray, numpy.ndarray]:
