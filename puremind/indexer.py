@@ -247,7 +247,7 @@ def index_vault(
 
     present = {n.rel for n in walk.notes}
     # Notes whose state the walk could not determine (a permission problem on a symlink's target): kept.
-    present.update(getattr(walk, "uncertain", ()))
+    present.update(walk.uncertain)
     gone = [p for p in states if p not in present]
     kept = [p for p in gone if _below_any(p, walk.unlisted)]
     report.kept_unlisted = len(kept)
@@ -262,6 +262,11 @@ def index_vault(
     if walk.unlisted:
         shown = ", ".join(p or "." for p in walk.unlisted[:3]) + (" ..." if len(walk.unlisted) > 3 else "")
         report.warnings.append(f"{_n(len(walk.unlisted), 'folder')} could not be listed ({shown}): the notes below were kept")
+    if walk.uncertain:
+        shown = ", ".join(walk.uncertain[:3]) + (" ..." if len(walk.uncertain) > 3 else "")
+        report.warnings.append(
+            f"{_n(len(walk.uncertain), 'symlinked note')} could not be checked ({shown}): previous entries kept"
+        )
     for rel, reason in report.unreadable[:3]:
         kept = " (previous entry kept)" if rel in states else ""
         report.warnings.append(f"cannot read {rel}: {reason}{kept}")
@@ -359,7 +364,7 @@ def _check_vault_identity(store: Store, root: Path, rebuild: bool) -> None:
 
 def note_identity(note: NoteFile) -> str:
     """Device, inode and ctime of the file a note is read from: any swap or rewrite changes one of them."""
-    return f"{note.dev}:{note.ino}:{getattr(note, 'ctime_ns', 0)}"
+    return f"{note.dev}:{note.ino}:{note.ctime_ns}"
 
 
 def _n(count: int, noun: str) -> str:

@@ -5,12 +5,12 @@ Each opens what it needs (store, lock, models), does one job and returns data fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from puremind.config import Settings
-from puremind.store import Hit, Store
+from puremind.retrieval.pipeline import SearchOutcome, Searcher
+from puremind.store import Store
 
 Notice = Callable[[str], None]
 
@@ -35,41 +35,6 @@ def load_embedder_for_index(settings: Settings, notice: Notice):
         return None
 
 
-def current_fingerprint(settings: Settings) -> str | None:
-    """The fingerprint the configured embedder would give its vectors, without loading it (None: semantic off).
-
-    Raises:
-        ModelError: the configured model cannot be resolved.
-    """
-    from puremind.models.loader import _providers, _variant, fingerprint, resolve
-
-    if not settings.semantic:
-        return None
-    resolved = resolve(settings, "embedder")
-    if settings.backend == "torch":
-        return fingerprint(resolved, "torch-fp32", settings)
-    return fingerprint(resolved, _variant(settings, resolved, _providers(settings)), settings)
-
-
-def check_search_fingerprint(settings: Settings, store: Store) -> None:
-    """Refuse a semantic search over vectors of another model than the configured one.
-
-    Raises:
-        FingerprintMismatch: the configured embedder changed since the index was built.
-    """
-    from puremind.errors import FingerprintMismatch
-    from puremind.indexer import META_FINGERPRINT
-
-    stored = store.get_meta(META_FINGERPRINT)
-    if stored is None or store.counts().get("vectors", 0) == 0:
-        return
-    if current_fingerprint(settings) != stored:
-        raise FingerprintMismatch(
-            "the embedding model or its settings changed since this index was built: searches are refused",
-            hint="run `puremind index --rebuild` (or search with --lexical-only meanwhile)",
-        )
-
-
 def run_index(settings: Settings, *, rebuild: bool = False, progress=None, notice: Notice = _quiet):
     """Index the configured vault into the configured index file.
 
@@ -88,69 +53,23 @@ def run_index(settings: Settings, *, rebuild: bool = False, progress=None, notic
             store.close()
 
 
-@dataclass
-class SearchOutcome:
-    """Results of one search, and how they were found."""
-
-    query: str
-    mode: str  # "lexical" (BM25 score), "hybrid" (RRF), "reranked" (probability)
-    hits: list[Hit] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "mode": self.mode,
-            "results": [
-                {
-                    "rank": i,
-                    "path": h.path,
-                    "heading_path": list(h.heading_path),
-                    "start_line": h.start_line,
-                    "end_line": h.end_line,
-                    "score": round(float(h.score), 6),
-                    "excerpt": h.excerpt,
-                    "text": h.text,
-                }
-                for i, h in enumerate(self.hits, 1)
-            ],
-        }
-
-    def render_text(self) -> list[str]:
-        if not self.hits:
-            return [f"nothing found for {self.query!r}"]
-        label = {"lexical": "bm25", "hybrid": "rrf", "reranked": "p"}[self.mode]
-        lines: list[str] = []
-        for i, h in enumerate(self.hits, 1):
-            crumb = " > ".join(h.heading_path)
-            lines.append(f"{i}. {h.path}:{h.start_line}  (lines {h.start_line}-{h.end_line})  {label} {h.score:.4g}")
-            if crumb:
-                lines.append(f"   {crumb}")
-            excerpt = " ".join(h.excerpt.split())
-            if excerpt:
-                lines.append(f"   {excerpt}")
-        return lines
-
-
-def run_search(settings: Settings, query: str, *, limit: int = 10, lexical_only: bool = False, notice: Notice = _quiet) -> SearchOutcome:
-    """Search the index. Hybrid search needs the models; until they are available it is keyword search.
+def run_search(
+    settings: Settings, query: str, *, limit: int = 10, lexical_only: bool = False, notice: Notice = _quiet
+) -> SearchOutcome:
+    """One search from the terminal: hybrid (BM25 + CJK grams + dense, RRF, then the reranker unless
+    `settings.rerank` is off), or BM25 alone with `lexical_only`. Notes about skipped models go to `notice`.
 
     Raises:
         QueryError: nothing searchable in the query.
         StoreError: there is no index yet, or it cannot be read.
+        FingerprintMismatch: the embedding model changed; `puremind index --rebuild` is needed.
+        ModelError: a configured model cannot be loaded.
     """
-    from puremind.retrieval.lexical import fts_match_expression
-
-    match = fts_match_expression(query)  # refuse a bad query before touching the index
-    store = Store.open(settings.db, create=False)
+    searcher = Searcher(settings, notice=notice)
     try:
-        if not lexical_only:
-            check_search_fingerprint(settings, store)
-            notice("note: hybrid search is not wired into this build yet: showing keyword (BM25) results")
-        hits = store.search_lexical(match, limit)
+        outcome = searcher.search(query, limit, lexical_only=lexical_only)
     finally:
-        store.close()
-    return SearchOutcome(query=query, mode="lexical", hits=hits)
-
-
-def vault_of(settings: Settings) -> Path:
-    return settings.require_vault()
+        searcher.close()
+    for note in outcome.notes:
+        notice(f"note: {note}")
+    return outcome

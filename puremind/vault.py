@@ -96,7 +96,8 @@ class NoteFile:
 
 @dataclass
 class WalkResult:
-    """What a walk found: the notes, what it skipped and why, and the folders it could not list."""
+    """What a walk found: the notes, what it skipped and why, the folders it could not list and
+    the symlinks whose target it could not check."""
 
     notes: list[NoteFile] = field(default_factory=list)  # sorted by rel
     # reason -> count. Only entries that would otherwise have been notes (a note suffix) or folders

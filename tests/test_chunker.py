@@ -918,7 +918,7 @@ def test_random_markdown_chunks_keep_every_promise(note, options):
     check_chunks(note, chunks, options["max_chars"], options["min_chars"])
 
 
-@PROPERTY_SETTINGS
+@settings(PROPERTY_SETTINGS, max_examples=100)
 @given(markdown_note(), chunk_settings)
 def test_random_markdown_chunks_the_same_with_crlf_and_lf(note, options):
     lf = note.replace("\r\n", "\n")

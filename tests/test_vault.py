@@ -2,7 +2,8 @@
 
 Every test builds a real tree under tmp_path. Permission cases are simulated by monkeypatching
 os functions (the tests also run as root, which ignores permissions); the real-permission
-variants skip when run as root.
+variants skip when run as root, except those using the `as_user` fixture, which walk the vault
+in a subprocess as `nobody` (through setpriv) when the tests run as root.
 """
 
 from __future__ import annotations

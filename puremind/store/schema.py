@@ -86,7 +86,38 @@ MIGRATIONS: tuple[Migration, ...] = (
         # '' for rows of an older index: their next run hashes them once (cheap) to fill it in.
         ("ALTER TABLE files ADD COLUMN identity TEXT NOT NULL DEFAULT ''",),
     ),
+    Migration(
+        3,
+        "chunks.cjk_text and its FTS5 index: Chinese, Japanese and Korean runs as characters and pairs",
+        (
+            "ALTER TABLE chunks ADD COLUMN cjk_text TEXT NOT NULL DEFAULT ''",
+            lambda conn: _fill_cjk_text(conn),
+            """CREATE VIRTUAL TABLE chunks_cjk USING fts5(
+                cjk_text, content='chunks', content_rowid='id', tokenize='unicode61'
+            )""",
+            "INSERT INTO chunks_cjk(chunks_cjk) VALUES ('rebuild')",
+            """CREATE TRIGGER chunks_cjk_ai AFTER INSERT ON chunks BEGIN
+                INSERT INTO chunks_cjk(rowid, cjk_text) VALUES (new.id, new.cjk_text);
+            END""",
+            """CREATE TRIGGER chunks_cjk_ad AFTER DELETE ON chunks BEGIN
+                INSERT INTO chunks_cjk(chunks_cjk, rowid, cjk_text) VALUES ('delete', old.id, old.cjk_text);
+            END""",
+            """CREATE TRIGGER chunks_cjk_au AFTER UPDATE OF id, cjk_text ON chunks BEGIN
+                INSERT INTO chunks_cjk(chunks_cjk, rowid, cjk_text) VALUES ('delete', old.id, old.cjk_text);
+                INSERT INTO chunks_cjk(rowid, cjk_text) VALUES (new.id, new.cjk_text);
+            END""",
+        ),
+    ),
 )
+
+
+def _fill_cjk_text(conn: sqlite3.Connection) -> None:
+    """Compute cjk_text for the chunks of an older index (before its FTS index and triggers exist)."""
+    from puremind.cjk import cjk_terms
+
+    rows = conn.execute("SELECT id, heading_text, text FROM chunks").fetchall()
+    updates = [(terms, cid) for cid, heading, text in rows if (terms := cjk_terms(heading + "\n" + text))]
+    conn.executemany("UPDATE chunks SET cjk_text = ? WHERE id = ?", updates)
 
 LATEST_VERSION = MIGRATIONS[-1].version
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import numpy
 
+from puremind.cjk import cjk_terms
 from puremind.errors import QueryError, StoreError
 from puremind.store import files
 from puremind.store.errors import from_os, from_sqlite, one_line
@@ -327,6 +328,7 @@ class Store:
                 json.dumps(list(chunk.heading_path), ensure_ascii=False),
                 " > ".join(chunk.heading_path),
                 chunk.text,
+                cjk_terms(" > ".join(chunk.heading_path) + "\n" + chunk.text),
             )
             for chunk in chunks
         ]
@@ -343,7 +345,7 @@ class Store:
             self._mark_compact_pending(conn)
         conn.executemany(
             "INSERT INTO chunks (file_id, ord, start_line, end_line, kind, text_sha256, vector,"
-            " heading_path, heading_text, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " heading_path, heading_text, text, cjk_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(file_id, *row) for row in prepared],
         )
 
@@ -418,6 +420,15 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def search_cjk(self, match: str, limit: int) -> list[Hit]:
+        """BM25 over the Chinese/Japanese/Korean characters-and-pairs index (see puremind.cjk), best first.
+
+        Raises:
+            QueryError: FTS5 rejected `match`.
+            StoreError: the index cannot be read.
+        """
+        return self._search_fts("chunks_cjk", "bm25(chunks_cjk)", "snippet(chunks_cjk, 0, '', '', '…', 24)", match, limit)
+
     def search_lexical(self, match: str, limit: int) -> list[Hit]:
         """BM25 keyword search: up to `limit` hits, best first.
 
@@ -429,17 +440,23 @@ class Store:
             QueryError: FTS5 rejected `match` (syntax error, unknown column).
             StoreError: the index cannot be read.
         """
+        return self._search_fts(
+            "chunks_fts", "bm25(chunks_fts, 2.0, 1.0)", "snippet(chunks_fts, 1, '', '', '…', 24)", match, limit
+        )
+
+    @_guarded("read")
+    def _search_fts(self, table: str, rank: str, snippet: str, match: str, limit: int) -> list[Hit]:
         if limit <= 0:
             return []
         try:
             rows = self._db.execute(
                 "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line,"
-                " -bm25(chunks_fts, 2.0, 1.0), c.text, snippet(chunks_fts, 1, '', '', '…', 24)"
-                " FROM chunks_fts"
-                " JOIN chunks AS c ON c.id = chunks_fts.rowid"
+                f" -{rank}, c.text, {snippet}"
+                f" FROM {table}"
+                f" JOIN chunks AS c ON c.id = {table}.rowid"
                 " JOIN files AS f ON f.id = c.file_id"
-                " WHERE chunks_fts MATCH ?"
-                " ORDER BY bm25(chunks_fts, 2.0, 1.0), c.id"
+                f" WHERE {table} MATCH ?"
+                f" ORDER BY {rank}, c.id"
                 " LIMIT ?",
                 (match, int(limit)),
             ).fetchall()
@@ -482,6 +499,7 @@ class Store:
         """
         conn = self._require_batch("rebuild_keyword_index")
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+        conn.execute("INSERT INTO chunks_cjk(chunks_cjk) VALUES ('rebuild')")
         self._mark_compact_pending(conn)
 
     @_guarded("read")
@@ -608,6 +626,7 @@ class Store:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')")
+                conn.execute("INSERT INTO chunks_cjk (chunks_cjk) VALUES ('optimize')")
                 conn.execute("DELETE FROM meta WHERE key = ?", (_COMPACT_PENDING,))
                 conn.execute("COMMIT")
             except BaseException:

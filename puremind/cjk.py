@@ -1,0 +1,49 @@
+"""Chinese, Japanese and Korean keyword matching by single characters and overlapping pairs.
+
+FTS5's unicode61 tokenizer treats an unspaced run of CJK characters as one word, so a query word only matches
+the exact same run. For hybrid search each CJK run is also indexed as its characters and overlapping pairs
+("京都駅" -> 京 都 駅 京都 都駅), in a second FTS5 index, and a query is expanded the same way and matched with OR.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Han (CJK Unified Ideographs + extension A + compatibility), Hiragana, Katakana (+ phonetic extensions,
+# half-width), Hangul syllables and jamo. Extension B+ ideographs are astral and rare in notes.
+_CJK_RUN = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+    "\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+    "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]+"
+)
+MAX_QUERY_GRAMS = 128
+
+
+def cjk_runs(text: str) -> list[str]:
+    """The maximal runs of CJK characters in `text`, in order."""
+    return _CJK_RUN.findall(text)
+
+
+def grams(run: str) -> list[str]:
+    """Single characters and overlapping pairs of one run, in reading order."""
+    out = list(run)
+    out += [run[i : i + 2] for i in range(len(run) - 1)]
+    return out
+
+
+def cjk_terms(text: str) -> str:
+    """The text indexed for CJK matching: every gram of every run, space-separated ('' when there is none)."""
+    return " ".join(g for run in cjk_runs(text) for g in grams(run))
+
+
+def cjk_match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression (quoted grams joined with OR) for the CJK part of a query, or None without one."""
+    seen: dict[str, None] = {}
+    for run in cjk_runs(query):
+        for g in grams(run):
+            seen.setdefault(g, None)
+            if len(seen) >= MAX_QUERY_GRAMS:
+                break
+    if not seen:
+        return None
+    return " OR ".join(f'"{g}"' for g in seen)

@@ -1,0 +1,185 @@
+"""Hybrid retrieval: RRF arithmetic, CJK grams, dense search, the Searcher's modes and snapshots."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FakeEmbedder, write
+from puremind.cjk import cjk_match_expression, cjk_terms, grams
+from puremind.config import load_settings, replace
+from puremind.errors import FingerprintMismatch, QueryError
+from puremind.indexer import index_vault
+from puremind.retrieval.dense import DenseIndex
+from puremind.retrieval.fusion import reciprocal_rank_fusion
+from puremind.retrieval.pipeline import Searcher
+from puremind.store import Store
+
+
+def test_rrf_sums_one_over_k_plus_rank_across_lists():
+    fused = dict(reciprocal_rank_fusion([["a", "b", "c"], ["b", "d"]], k=60))
+    assert fused["a"] == pytest.approx(1 / 61)
+    assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused["c"] == pytest.approx(1 / 63)
+    assert fused["d"] == pytest.approx(1 / 62)
+
+
+def test_rrf_orders_best_first_and_breaks_ties_by_first_appearance():
+    out = reciprocal_rank_fusion([["x", "y"], ["y", "x"]], k=0)
+    assert [i for i, _ in out] == ["x", "y"]  # both 1/1 + 1/2: first seen wins
+    assert out[0][1] == pytest.approx(1.5)
+    assert reciprocal_rank_fusion([], k=60) == []
+
+
+def test_rrf_counts_a_duplicate_in_one_list_once_at_its_best_rank():
+    assert dict(reciprocal_rank_fusion([["a", "a", "b"]], k=1)) == {"a": pytest.approx(1 / 2), "b": pytest.approx(1 / 4)}
+
+
+def test_rrf_refuses_a_negative_k():
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([["a"]], k=-1)
+
+
+def test_cjk_runs_become_characters_and_overlapping_pairs():
+    assert grams("京都駅") == ["京", "都", "駅", "京都", "都駅"]
+    assert cjk_terms("Trip to 京都 and 서울역!") == "京 都 京都 서 울 역 서울 울역"
+    assert cjk_terms("plain English") == ""
+    assert cjk_match_expression("nothing here") is None
+    assert cjk_match_expression("京都") == '"京" OR "都" OR "京都"'
+
+
+def test_dense_search_returns_the_most_similar_ids_best_first():
+    ids = np.array([10, 20, 30], dtype=np.int64)
+    m = np.eye(3, dtype=np.float16)
+
+    class FakeStore:
+        def change_counter(self):
+            return 1
+
+        def vectors(self):
+            return ids, m
+
+    dense = DenseIndex()
+    dense.refresh(FakeStore())
+    dense.refresh(FakeStore())
+    assert dense.loads == 1, "an unchanged counter must not reload the matrix"
+    q = np.array([0.1, 0.9, 0.3], dtype=np.float32)
+    assert [i for i, _ in dense.search(q, 2)] == [20, 30]
+    with pytest.raises(FingerprintMismatch):
+        dense.search(np.ones(4, dtype=np.float32), 2)
+
+
+class FakeReranker:
+    """Scores by the share of query words in the passage; records what it read."""
+
+    def __init__(self):
+        self.passages: list[str] = []
+
+    def score(self, query, passages):
+        self.passages += list(passages)
+        words = set(query.lower().split())
+        return np.array([len(words & set(p.lower().split())) / max(len(words), 1) for p in passages], dtype=np.float32)
+
+
+@pytest.fixture
+def indexed(tmp_path: Path, vault: Path, fake_embedder: FakeEmbedder):
+    write(vault, "japan.md", "# 旅行\n\n京都駅から歩いて十分の旅館に二泊した。\n")
+    write(vault, "korea.md", "# 여행\n\n서울역 근처 호텔에 묵었다.\n")
+    db = tmp_path / "index.sqlite"
+    store = Store.open(db)
+    index_vault(store, vault, embedder=fake_embedder)
+    store.close()
+    settings = replace(load_settings(), vault=vault, db=db)
+    return settings
+
+
+def test_hybrid_search_with_the_reranker_gives_probabilities(indexed, fake_embedder):
+    reranker = FakeReranker()
+    s = Searcher(indexed, embedder=fake_embedder, reranker=reranker)
+    out = s.search("grinder espresso dose", 3)
+    assert out.mode == "reranked" and out.hits[0].path == "coffee.md"
+    assert all(0.0 <= h.score <= 1.0 for h in out.hits)
+    assert [h.score for h in out.hits] == sorted((h.score for h in out.hits), reverse=True)
+    s.close()
+
+
+def test_the_reranker_reads_only_the_first_rerank_chars_of_each_candidate(indexed, fake_embedder):
+    reranker = FakeReranker()
+    s = Searcher(replace(indexed, rerank_chars=20), embedder=fake_embedder, reranker=reranker)
+    s.search("grinder", 5)
+    assert reranker.passages and all(len(p) <= 20 for p in reranker.passages)
+
+
+def test_without_the_reranker_scores_are_rrf_values(indexed, fake_embedder):
+    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    out = s.search("grinder espresso", 5)
+    assert out.mode == "hybrid" and out.hits[0].path == "coffee.md"
+    assert 0 < out.hits[0].score <= 3 / 61
+
+
+def test_lexical_only_gives_bm25_scores(indexed, fake_embedder):
+    out = Searcher(indexed, embedder=fake_embedder).search("grinder", 5, lexical_only=True)
+    assert out.mode == "lexical" and out.hits[0].score > 0.0
+
+
+def test_hybrid_search_matches_cjk_text_that_keyword_search_alone_misses(indexed, fake_embedder):
+    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    assert s.search("京都 旅館", 5, lexical_only=True).hits == []
+    assert s.search("京都 旅館", 5).hits[0].path == "japan.md"
+    assert s.search("서울", 5).hits[0].path == "korea.md"
+
+
+def test_a_changed_embedder_is_refused(indexed):
+    with pytest.raises(FingerprintMismatch, match="searches are refused"):
+        Searcher(indexed, embedder=FakeEmbedder(fingerprint="other"), rerank=False).search("grinder", 5)
+
+
+def test_an_empty_query_is_refused_before_any_model_loads(indexed):
+    s = Searcher(indexed, embedder=None)
+    with pytest.raises(QueryError):
+        s.search("  ", 5)
+
+
+def test_the_dense_matrix_reloads_only_when_the_index_changed(indexed, fake_embedder, vault):
+    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s.search("grinder", 5)
+    s.search("deploy", 5)
+    assert s.dense_loads == 1
+    write(vault, "new.md", "# New\n\nA fresh note about the burr grinder.\n")
+    store = Store.open(indexed.db)
+    index_vault(store, vault, embedder=fake_embedder)
+    store.close()
+    assert any(h.path == "new.md" for h in s.search("burr grinder", 5).hits)
+    assert s.dense_loads == 2
+
+
+def test_searches_during_writes_read_consistent_snapshots(indexed, fake_embedder, vault):
+    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer():
+        try:
+            for i in range(15):
+                write(vault, f"w{i}.md", f"# W{i}\n\ngrinder note number {i} " + "filler words " * 30 + "\n")
+                store = Store.open(indexed.db)
+                index_vault(store, vault, embedder=fake_embedder, batch_files=1)
+                store.close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    seen = 0
+    while not stop.is_set():
+        out = s.search("grinder note", 10)
+        # Every hit must be a complete chunk of the snapshot it came from: text present, path known.
+        assert all(h.text and h.path for h in out.hits)
+        seen += 1
+    t.join()
+    assert not errors and seen > 0
