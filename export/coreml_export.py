@@ -131,6 +131,7 @@ def convert(wrapper, package: Path, *, role: str, max_seq: int, max_batch: int =
     seq = torch.export.Dim("seq", min=2, max=max_seq)
     dims = {0: batch, 1: seq}
     program = torch.export.export(wrapper, (ids, mask), dynamic_shapes={"input_ids": dims, "attention_mask": dims})
+    _check_program(wrapper, program)
     program = program.run_decompositions({})
     shape = (ct.RangeDim(1, max_batch, 1), ct.RangeDim(2, max_seq, 8))
     mlmodel = ct.convert(
@@ -143,6 +144,29 @@ def convert(wrapper, package: Path, *, role: str, max_seq: int, max_batch: int =
         skip_model_load=True,  # loading needs macOS
     )
     mlmodel.save(str(package))
+
+
+def _check_program(wrapper, program) -> None:
+    """The exported program must compute what the model does at another batch size and length, with padding.
+
+    Prediction of the package needs macOS; this at least proves the traced graph is not specialised to the
+    example shapes and keeps the mask.
+
+    Raises:
+        ModelError: the outputs differ.
+    """
+    import torch
+
+    ids = torch.arange(5, 5 + 3 * 11, dtype=torch.int64).reshape(3, 11) % 100 + 5
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0  # left padding, as the Qwen3 runtime pads
+    mask[2, 7:] = 0  # right padding, as encoders are padded
+    with torch.no_grad():
+        expected = wrapper(ids, mask)
+        got = program.module()(ids, mask)
+    if not torch.allclose(expected, got, atol=1e-4, rtol=1e-4):
+        diff = (expected - got).abs().max().item()
+        raise ModelError(f"the exported program differs from the model by {diff:.2e} on a padded batch")
 
 
 def package_io(package: Path) -> tuple[list[str], list[str]]:

@@ -141,7 +141,7 @@ def _export_onnx(spec, source, home: Path, pending: list[str], specs: dict, resu
             timer = Timer()
             _optimum_export(spec, src_dir, optimum_out)
             progress(f"{spec.key} fp32: exported in {timer} ({human_size(optimum_out / 'model.onnx')}"
-                     f"{' + external data' if (optimum_out / EXTERNAL_DATA).exists() else ''})")
+                     f"{', weights in ' + EXTERNAL_DATA if (optimum_out / EXTERNAL_DATA).exists() else ''})")
             if "fp32" in pending:
                 def build_fp32(tmp: Path) -> dict:
                     for name in ("model.onnx", EXTERNAL_DATA):

@@ -122,6 +122,24 @@ def search(
         raise NothingFound()
 
 
+@app.command()
+@_guarded
+def serve(no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring.")) -> None:
+    """Run the MCP server on stdio (your agent starts this; models load on the first search)."""
+    from puremind.server import serve_command
+
+    serve_command(_settings(), rerank=False if no_rerank else None)
+
+
+@app.command()
+@_guarded
+def connect(agent: str = typer.Argument(..., help="claude-code, codex or cursor.")) -> None:
+    """Print the command or snippet that registers pureMind with an agent; never edits a file."""
+    from puremind.connect import connect_command
+
+    typer.echo(connect_command(agent), nl=False)
+
+
 @app.command("export-models")
 @_guarded
 def export_models(

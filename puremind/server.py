@@ -479,6 +479,7 @@ def divert_stdout() -> io.TextIOWrapper:
     sys.stdout.flush()
     wire_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
     os.dup2(2, 1)
+    sys.stdout = sys.stderr  # stray prints then show up at once, in order with the log, instead of at exit
     return io.TextIOWrapper(os.fdopen(wire_fd, "wb"), encoding="utf-8", newline="\n", write_through=True)
 
 
@@ -528,9 +529,3 @@ def _client_went_away(exc: BaseException) -> bool:
 def serve_command(settings: Settings, rerank: bool | None = None) -> None:
     """`puremind serve [--no-rerank]`: the CLI calls this in one line (rerank=False for --no-rerank)."""
     run_server(settings, rerank=rerank)
-
-
-if __name__ == "__main__":  # `python -m puremind.server`: the server with the configured settings
-    from puremind.config import load_settings
-
-    serve_command(load_settings(), rerank=False if "--no-rerank" in sys.argv[1:] else None)

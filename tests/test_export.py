@@ -25,7 +25,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),
-    pytest.mark.filterwarnings("ignore:Exporting aten::index:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Exporting aten:UserWarning"),
+    pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning"),
 ]
 
 from puremind.errors import ModelError  # noqa: E402

@@ -183,3 +183,20 @@ def test_searches_during_writes_read_consistent_snapshots(indexed, fake_embedder
         seen += 1
     t.join()
     assert not errors and seen > 0
+
+
+def test_a_long_lived_searcher_follows_an_index_file_that_was_deleted_and_made_again(indexed, fake_embedder, vault):
+    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    assert s.search("grinder", 5).hits
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(indexed.db) + suffix).unlink(missing_ok=True)
+    from puremind.errors import StoreError
+
+    with pytest.raises(StoreError, match="no index"):
+        s.search("grinder", 5)
+    (vault / "coffee.md").unlink()
+    store = Store.open(indexed.db)
+    index_vault(store, vault, embedder=fake_embedder)
+    store.close()
+    assert [h.path for h in s.search("grinder", 5, lexical_only=True).hits] == []
+    assert s.search("deploy", 5).hits[0].path == "projects/deploy.md"

@@ -31,17 +31,7 @@ BIG_CHARS = 210_000  # over the 200,000 characters puremind_get returns
 CALL_TIMEOUT = 30
 
 
-def _serve_args() -> list[str]:
-    """`-m puremind serve` once the CLI has the command; `-m puremind.server` (same function) until then."""
-    import typer
-
-    from puremind.cli import app
-
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    return ["-m", "puremind", "serve"] if "serve" in commands else ["-m", "puremind.server"]
-
-
-SERVE = _serve_args()
+SERVE = ["-m", "puremind", "serve"]
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:

@@ -173,7 +173,8 @@ def read_artefact(dir: Path, *, verify: bool = True) -> dict:
             raise ModelError(f"exported model {dir} is incomplete: {rel} is missing", hint=_EXPORT_HINT) from None
         if size != entry["size"]:
             raise ModelError(
-                f"exported model file {path} has {size} bytes, its metadata says {entry['size']} (changed or truncated)",
+                f"exported model file {path} has {size} bytes, its metadata says {entry['size']} "
+                "(changed or truncated)",
                 hint=_EXPORT_HINT,
             )
     if verify and not _stamp_matches(dir, raw, files):

@@ -8,6 +8,7 @@ snapshot of the index, even while `puremind index` or `watch` writes.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -100,14 +101,31 @@ class Searcher:
         self._reranker_loaded = reranker is not None
         self._notice = notice
         self._store: Store | None = None
+        self._identity: tuple[int, int] | None = None
         self._dense = DenseIndex()
         self._lock = threading.Lock()
 
     # -- lazily opened parts -------------------------------------------------------------------------------
 
     def _store_open(self) -> Store:
+        """The open index; reopened when the file was deleted and made again (a long-lived server must not go on
+        reading a deleted file, old text included).
+
+        Raises:
+            StoreError: there is no index file.
+        """
+        try:
+            st = os.stat(self.settings.db)
+            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            identity = None
+        if self._store is not None and identity != self._identity:
+            self._store.close()
+            self._store = None
+            self._dense = DenseIndex()  # a new file's change counter says nothing about the old matrix
         if self._store is None:
             self._store = Store.open(self.settings.db, create=False)
+            self._identity = identity
         return self._store
 
     def _embedder_or_none(self, notes: list[str]):
