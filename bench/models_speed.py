@@ -100,7 +100,9 @@ def build(workdir: Path) -> dict[str, dict[str, Path]]:
             print(f"building full-size {role} stand-in ...", file=sys.stderr, flush=True)
             builder(src, full_size=True)
         spec = manifest.get(key)
-        source = ModelSource(name=str(src), path=src, revision="bench-random-weights", local=True)
+        # Filed under the pinned revision, so a PUREMIND_HOME holding these exports serves the default
+        # configuration (bench/search_speed.py runs `puremind serve` on it).
+        source = ModelSource(name=spec.hub_id, path=src, revision=spec.revision, local=False)
         paths = export_model(spec, source, workdir / "home", ["fp32", "fp16", "int8"])
         out[role] = {"torch": src, **paths}
     return out
