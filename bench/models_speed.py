@@ -6,7 +6,7 @@ Builds full-size stand-ins of Qwen3-Embedding-0.6B and bge-reranker-v2-m3 (the r
 the same work per token as the real models) in WORKDIR, exports them with pureMind's own export code, then runs
 every (model, backend/variant) in a fresh subprocess and measures: load time (first call included, as a
 server's first search pays it), passages per second for 300-token passages (embedder), seconds to rerank
-`--candidates` 800-character passages (reranker), and peak resident memory. Ratios are to torch in the same
+`--candidates` passages of 200 tokens (reranker; what the real tokenizer makes of 800 characters of English), and peak resident memory. Ratios are to torch in the same
 run. Needs the [export] extra (torch, Optimum). Takes about 15 minutes and ~10 GB of disk on 2 cores.
 """
 
@@ -62,24 +62,51 @@ def worker(args: argparse.Namespace) -> None:
         secs = time.perf_counter() - t1
         result = {"load_s": load_s, "per_s": len(texts) / secs, "secs": secs, "sample": np.asarray(out[:4]).tolist()}
     else:
-        passages = [passage(i, 200)[:800] for i in range(args.candidates)]
+        passages = passages_of_tokens(Path(args.dir) / "tokenizer.json", args.candidates, 200)
         query = "where did I write down how the deploy script was debugged"
         if args.variant == "torch":
             from puremind.models.torch_backend import TorchReranker
 
-            model = TorchReranker(Path(args.dir), spec, max_chars=800, threads=args.threads, device="cpu")
+            model = TorchReranker(Path(args.dir), spec, max_chars=100_000, threads=args.threads, device="cpu")
         else:
             from puremind.models.onnx_backend import OnnxReranker
 
-            model = OnnxReranker(Path(args.dir), providers=["CPUExecutionProvider"], max_chars=800, threads=args.threads)
+            model = OnnxReranker(Path(args.dir), providers=["CPUExecutionProvider"], max_chars=100_000, threads=args.threads)
         model.score(query, passages[:1])
         load_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         scores = model.score(query, passages)
         secs = time.perf_counter() - t1
         result = {"load_s": load_s, "per_s": len(passages) / secs, "secs": secs, "sample": np.asarray(scores).tolist()}
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries the parent's peak into
+    ru_maxrss across fork and exec, so every worker would report the parent's export peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def passages_of_tokens(tokenizer_json: Path, count: int, tokens: int) -> list[str]:
+    """`count` passages that tokenize to about `tokens` tokens each. The stand-ins' tokenizers are trained on a
+    tiny corpus and split text far finer than the real ones, so a fixed character length would give the
+    random-weight models several times the real work; a real 800-character English passage is ~200 tokens."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok.no_truncation()
+    tok.no_padding()
+    out = []
+    for i in range(count):
+        text = passage(i, 600)
+        ids = tok.encode(text).offsets
+        cut = ids[min(tokens, len(ids)) - 1][1]
+        out.append(text[:cut])
+    return out
 
 
 def build(workdir: Path) -> dict[str, dict[str, Path]]:
@@ -151,7 +178,7 @@ def main() -> None:
     lines = [
         f"Full-size random-weight stand-ins (Qwen3-Embedding-0.6B and bge-reranker-v2-m3 configurations), "
         f"{args.threads} threads, {platform.machine()}, {os.cpu_count()} CPUs. Embedder: {args.passages} passages "
-        f"of 300 tokens. Reranker: {args.candidates} candidates of 800 characters. Each row is a fresh process.",
+        f"of 300 tokens. Reranker: {args.candidates} candidates of 200 tokens (what 800 characters of English give the real tokenizer). Each row is a fresh process.",
         "",
         "| model | backend | load + first call (s) | throughput | vs torch | peak RSS (MB) | RSS vs torch | agreement with torch |",
         "|---|---|---|---|---|---|---|---|",

@@ -8,7 +8,8 @@ built from real text (tldr-pages, repeated under new paths past its 38k pages) w
 embedder's 1024 dimensions (embedding 100,000 chunks with a 0.6B model would take days on 2 cores; search cost
 does not depend on what the vectors mean). Then, through pureMind's own Searcher and the int8 ONNX models:
 median and 95th percentile latency over a fixed query set for keyword search, hybrid without the reranker and
-hybrid with the reranker (50 candidates, 800 characters each). Finally `puremind serve` is started on the
+hybrid with the reranker (50 candidates; passages cut to the characters that give the stand-in's tokenizer as
+many tokens as 800 characters give the real one, about 200). Finally `puremind serve` is started on the
 10,000-chunk index and driven by the MCP SDK's client: time to its first answer, resident memory idle, after a
 search without the reranker and after one with it.
 """
@@ -84,6 +85,27 @@ def build_index(db: Path, pages: list[tuple[str, str]], size: int, fingerprint: 
     store.close()
 
 
+REAL_CHARS_PER_TOKEN = 4.0  # XLM-R's real tokenizer on English prose, roughly (800 characters ~ 200 tokens)
+
+
+def calibrated_rerank_chars(home: Path, pages: list[tuple[str, str]]) -> int:
+    """The rerank_chars that gives the stand-in reranker as many tokens as 800 characters give the real one.
+
+    The stand-ins' tokenizers are trained on a tiny corpus and cut text into far more tokens than the real
+    ones; cutting passages at 800 characters would hand the random-weight reranker several times the real work.
+    """
+    from tokenizers import Tokenizer
+
+    from puremind.models.artefacts import list_variants, model_dir
+
+    folder = model_dir(home, "bge-reranker-v2-m3", "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e")
+    tok = Tokenizer.from_file(str(folder / list_variants(home, "bge-reranker-v2-m3", "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e")[0] / "tokenizer.json"))
+    tok.no_truncation()
+    text = " ".join(t for _, t in pages)[:200_000]
+    ratio = len(text) / len(tok.encode(text).ids)
+    return max(50, int(800 * ratio / REAL_CHARS_PER_TOKEN))
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -153,6 +175,7 @@ def main() -> None:
     from puremind.models.loader import _providers, _variant, fingerprint, resolve
 
     base = load_settings()
+    base = replace(base, rerank_chars=calibrated_rerank_chars(home, load_pages(args.archive)[:500]))
     resolved = resolve(base, "embedder")
     fp = fingerprint(resolved, _variant(base, resolved, _providers(base)), base)
     pages = load_pages(args.archive)
@@ -169,6 +192,8 @@ def main() -> None:
             rows.append((size, name, med, p95, n))
         if size == 10000 or (server is None and size == args.sizes[-1]):
             env = {**os.environ, "PUREMIND_DB": str(db), "PUREMIND_VAULT": str(args.workdir)}
+            # The server reads rerank_chars from config.toml (it has no environment variable).
+            (home / "config.toml").write_text(f"[retrieval]\nrerank_chars = {base.rerank_chars}\n")
             no_rerank = asyncio.run(measure_server_flag(env, rerank=False))
             with_rerank = asyncio.run(measure_server_flag(env, rerank=True))
             server = (size, no_rerank, with_rerank)
@@ -176,7 +201,8 @@ def main() -> None:
     lines = [
         f"Full-size random-weight stand-ins of both pinned models, ONNX int8 on CPU, {os.cpu_count()} CPUs "
         f"({platform.machine()}); chunks from tldr-pages with random 1024-d vectors; {len(QUERIES)} queries "
-        f"(reranked: the first {args.rerank_queries}); limit 10, 50 candidates per retriever.",
+        f"(reranked: the first {args.rerank_queries}); limit 10, 50 candidates per retriever; reranker passages cut "
+        f"at {base.rerank_chars} characters, the stand-in tokenizer's equivalent of 800 real ones (~200 tokens).",
         "",
         "| chunks | search | median (s) | p95 (s) | queries |",
         "|---|---|---|---|---|",

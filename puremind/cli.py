@@ -140,6 +140,21 @@ def connect(agent: str = typer.Argument(..., help="claude-code, codex or cursor.
     typer.echo(connect_command(agent), nl=False)
 
 
+@app.command()
+@_guarded
+def watch(
+    vault_dir: Optional[Path] = typer.Argument(None, help="The vault to watch (default: the configured one)."),
+    debounce: float = typer.Option(
+        2.0, "--debounce", min=0.05, max=3600, metavar="SECONDS", help="Re-index once the vault has been quiet this long after a change."
+    ),
+) -> None:
+    """Index the vault, then again each time it has been quiet for --debounce seconds after a change; Ctrl-C stops."""
+    from puremind.watcher import watch_command
+
+    settings = _settings(vault=vault_dir)
+    watch_command(settings, debounce=debounce, say=typer.echo, notice=_notice, progress=_progress_bar())
+
+
 @app.command("export-models")
 @_guarded
 def export_models(

@@ -155,8 +155,12 @@ def index_vault(
     progress: ProgressFn | None = None,
     batch_files: int = BATCH_FILES,
     batch_seconds: float = BATCH_SECONDS,
+    compact: bool = True,
 ) -> IndexReport:
     """Bring the index up to date with the vault. The caller holds the IndexLock.
+
+    With `compact=False` the keyword index is not compacted at the end (`puremind watch` compacts on its own
+    schedule); text deleted by the run then stays until a later `Store.compact()`, which `compact_pending()` marks.
 
     Raises:
         VaultError: the vault is missing or cannot be listed at all, or the index belongs to another vault.
@@ -282,7 +286,8 @@ def index_vault(
         store.set_meta(META_LAST_RUN, f"{time.time():.3f}")
     report.removed = len(gone)
     # The keyword index keeps old words in its segments until merged: compact so deleted text is gone.
-    store.compact()
+    if compact:
+        store.compact()
     report.seconds = time.monotonic() - started
     return report
 

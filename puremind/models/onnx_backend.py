@@ -201,7 +201,27 @@ def scores_from_logits(logits: np.ndarray) -> np.ndarray:
     raise ModelError(f"a reranker must give one relevance logit per pair, not {logits.shape[1]}")
 
 
-class OnnxEmbedder:
+class _SessionOwner:
+    """What both model classes say about their lazily created onnxruntime session."""
+
+    _session: "_LazySession"
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the onnxruntime session exists yet."""
+        return self._session.loaded
+
+    @property
+    def active_providers(self) -> list[str]:
+        """The providers onnxruntime actually runs on ([] before the first call)."""
+        return self._session.active_providers()
+
+    def close(self) -> None:
+        """Drop the session (memory back); the next call loads it again."""
+        self._session.close()
+
+
+class OnnxEmbedder(_SessionOwner):
     """Implements `puremind.models.base.Embedder` over an exported ONNX model folder."""
 
     def __init__(self, artefact_dir: Path, *, providers: Sequence[str], max_tokens: int, threads: int | None = None,
@@ -228,20 +248,6 @@ class OnnxEmbedder:
         self.encoder = TextEncoder(self.artefact_dir, self.meta, max_tokens=max_tokens)
         self._session = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
 
-    @property
-    def loaded(self) -> bool:
-        """Whether the onnxruntime session exists yet."""
-        return self._session.loaded
-
-    @property
-    def active_providers(self) -> list[str]:
-        """The providers onnxruntime actually runs on ([] before the first call)."""
-        return self._session.active_providers()
-
-    def close(self) -> None:
-        """Drop the session (memory back); the next call loads it again."""
-        self._session.close()
-
     def embed(self, texts: Sequence[str], is_query: bool = False) -> np.ndarray:
         """One float32 row per text, in input order; queries get the query prefix.
 
@@ -262,7 +268,7 @@ class OnnxEmbedder:
         return out
 
 
-class OnnxReranker:
+class OnnxReranker(_SessionOwner):
     """Implements `puremind.models.base.Reranker` over an exported ONNX cross-encoder folder."""
 
     def __init__(self, artefact_dir: Path, *, providers: Sequence[str], max_chars: int = 800,
@@ -282,20 +288,6 @@ class OnnxReranker:
         self.variant = data.get("variant")
         self.encoder = TextEncoder(self.artefact_dir, self.meta)
         self._session = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the onnxruntime session exists yet."""
-        return self._session.loaded
-
-    @property
-    def active_providers(self) -> list[str]:
-        """The providers onnxruntime actually runs on ([] before the first call)."""
-        return self._session.active_providers()
-
-    def close(self) -> None:
-        """Drop the session (memory back); the next call loads it again."""
-        self._session.close()
 
     def logits(self, query: str, passages: Sequence[str]) -> np.ndarray:
         """The raw logits, (n, labels) float32, in input order.
