@@ -190,6 +190,7 @@ def main() -> None:
         print(f"measuring {size} chunks ...", file=sys.stderr, flush=True)
         for name, (med, p95, n) in measure_searches(settings, QUERIES, args.rerank_queries).items():
             rows.append((size, name, med, p95, n))
+            print(f"{size} chunks, {name}: median {med:.3f} s, p95 {p95:.3f} s", file=sys.stderr, flush=True)
         if size == 10000 or (server is None and size == args.sizes[-1]):
             env = {**os.environ, "PUREMIND_DB": str(db), "PUREMIND_VAULT": str(args.workdir)}
             # The server reads rerank_chars from config.toml (it has no environment variable).
@@ -245,7 +246,7 @@ async def measure_server_flag(env: dict[str, str], *, rerank: bool) -> dict[str,
             idle = rss_mb(pid)
             t = time.perf_counter()
             result = await session.call_tool("puremind_search", {"query": "extract a tar archive", "limit": 10})
-            if result.isError:
+            if result.is_error:
                 raise SystemExit(f"search failed: {result.content}")
             first_search = time.perf_counter() - t
             return {"first_answer_s": first_answer, "first_search_s": first_search, "idle_mb": idle,
