@@ -534,6 +534,7 @@ class CachedEmbedder:
         self.cache = cache
         self.fingerprint = inner.fingerprint
         self.dim = inner.dim
+        self.languages = tuple(getattr(inner, "languages", ()) or ())  # the Searcher reads it
         self.computed = 0
         self.seconds = 0.0
 

@@ -331,7 +331,7 @@ def test_online_an_unpinned_model_downloads_the_default_branch_once_and_then_sta
     first = fetch("org/tiny", None, None, progress=lambda m: None)
     assert first.revision == OLD
     assert fake_hub.calls[0]["revision"] is None and fake_hub.calls[0]["allow_patterns"] == list(GENERIC_PATTERNS)
-    assert not (first.path / "README.md").exists()
+    assert (first.path / "README.md").exists()  # the model card: it declares the model's languages
     fake_hub.repos["org/tiny"] = (NEW, model_src)  # the branch moves on; the cached copy is not refreshed
     assert fetch("org/tiny", None, None).revision == OLD
     assert len(fake_hub.calls) == 1 and connections == []

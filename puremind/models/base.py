@@ -18,6 +18,7 @@ class Embedder(Protocol):
     #: vectors with different fingerprints are never compared.
     fingerprint: str
     dim: int
+    # Optional: `languages` (ISO 639-1 codes or ("multilingual",)); absent or () = reads any script.
 
     def embed(self, texts: Sequence[str], is_query: bool = False) -> "np.ndarray":
         """One row per text, float32, L2-normalised. Queries get the model's instruction prefix."""

@@ -24,7 +24,7 @@ LOCAL_PREFIXES = ("/", "./", "../", "~")
 
 #: What a model that is not in the manifest is fetched with: config and tokenizer files, safetensors weights.
 #: No *.bin (pickles run code when loaded), no *.py (pureMind never runs a model's own code), no ONNX/TF copies.
-GENERIC_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model")
+GENERIC_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "README.md")  # the card declares languages
 
 #: huggingface_hub's own truthy values (constants._is_true), so both agree on what "offline" means.
 _TRUE_VALUES = {"1", "ON", "YES", "TRUE"}

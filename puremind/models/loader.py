@@ -165,16 +165,18 @@ def load_embedder(settings: Settings, *, progress: Progress | None = None) -> Em
         from puremind.models.torch_backend import TorchEmbedder
 
         source = resolved.source or hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
-        return TorchEmbedder(
+        return _with_languages(TorchEmbedder(
             source.path, resolved.spec, device=settings.device, max_tokens=max_tokens,
             fingerprint=fingerprint(resolved, "torch-fp32", settings),
-        )
+        ), resolved)
     from puremind.models.onnx_backend import OnnxEmbedder
 
     providers = _providers(settings)
     variant = _variant(settings, resolved, providers)
     folder = ensure_artefact(settings, resolved, variant, progress=progress)
-    return OnnxEmbedder(folder, providers=providers, max_tokens=max_tokens, fingerprint=fingerprint(resolved, variant, settings))
+    return _with_languages(OnnxEmbedder(
+        folder, providers=providers, max_tokens=max_tokens, fingerprint=fingerprint(resolved, variant, settings)
+    ), resolved)
 
 
 def load_reranker(settings: Settings, *, progress: Progress | None = None) -> Reranker:
@@ -190,13 +192,21 @@ def load_reranker(settings: Settings, *, progress: Progress | None = None) -> Re
         from puremind.models.torch_backend import TorchReranker
 
         source = resolved.source or hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
-        return TorchReranker(source.path, resolved.spec, device=settings.device, max_chars=settings.rerank_chars)
+        return _with_languages(
+            TorchReranker(source.path, resolved.spec, device=settings.device, max_chars=settings.rerank_chars), resolved
+        )
     from puremind.models.onnx_backend import OnnxReranker
 
     providers = _providers(settings)
     variant = _variant(settings, resolved, providers)
     folder = ensure_artefact(settings, resolved, variant, progress=progress)
-    return OnnxReranker(folder, providers=providers, max_chars=settings.rerank_chars)
+    return _with_languages(OnnxReranker(folder, providers=providers, max_chars=settings.rerank_chars), resolved)
+
+
+def _with_languages(model, resolved: Resolved):
+    """`model` carrying the languages its spec declares (the Searcher leaves it out for a query it cannot read)."""
+    model.languages = resolved.spec.languages
+    return model
 
 
 def export_configured(

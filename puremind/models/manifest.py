@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from puremind.errors import ConfigError, ModelError
+from puremind.langs import card_languages, normalize_languages
 from puremind.models.hub import GENERIC_PATTERNS, is_local_name, looks_like_hub_id
 
 MANIFEST_FORMAT = 1
@@ -87,6 +88,9 @@ class ModelSpec:
     files: tuple[str, ...]  # files fetched from the hub
     variants: dict[str, VariantSpec]  # a FrozenDict
     default_variant: dict[str, str]  # execution provider -> variant name (a FrozenDict)
+    #: ISO 639-1 codes the model was trained for, or ("multilingual",); () = not declared (reads anything).
+    #: A search leaves the model out for a query mostly in scripts none of these use (puremind.langs).
+    languages: tuple[str, ...] = ()
 
 
 class Manifest:
@@ -174,10 +178,10 @@ def _parse_model(key: str, table: Any, where: str) -> ModelSpec:
     role = table.get("role")
     if role == "embedder":
         _check_keys(table, where, required=common + ("pooling", "normalize", "dim"),
-                    optional=("query_prefix", "passage_prefix"))
+                    optional=("query_prefix", "passage_prefix", "languages"))
     elif role == "reranker":
         _check_keys(table, where, required=common + ("activation",),
-                    optional=("query_prefix", "passage_prefix", "normalize"))
+                    optional=("query_prefix", "passage_prefix", "normalize", "languages"))
     else:
         raise ModelError(f"{where}: role must be one of {', '.join(ROLES)}, not {role!r}")
 
@@ -217,7 +221,16 @@ def _parse_model(key: str, table: Any, where: str) -> ModelSpec:
         files=_parse_files(table["files"], f"{where} files"),
         variants=variants,
         default_variant=default_variant,
+        languages=_parse_languages(table.get("languages", []), f"{where} languages"),
     )
+
+
+def _parse_languages(value: Any, where: str) -> tuple[str, ...]:
+    items = _string_list(value, where) if value != [] else ()
+    for item in items:
+        if not normalize_languages([item]):
+            raise ModelError(f"{where}: {item!r} is neither an ISO 639 language code (en, zh, ...) nor 'multilingual'")
+    return normalize_languages(items)
 
 
 def _parse_variants(table: Any, where: str) -> FrozenDict:
@@ -422,7 +435,17 @@ def generic_spec(name: str, model_dir: Path, *, role: str, overrides: Mapping[st
                              providers=("CPUExecutionProvider",)),
         ),
         default_variant=FrozenDict(_DEFAULT_VARIANT),
+        languages=_card_languages(model_dir),
     )
+
+
+def _card_languages(model_dir: Path) -> tuple[str, ...]:
+    """The languages the model card (README.md front matter) declares; () without a readable card."""
+    try:
+        text = (model_dir / "README.md").read_text(encoding="utf-8", errors="replace")[:65536]
+    except OSError:
+        return ()
+    return card_languages(text)
 
 
 def _check_overrides(overrides: Mapping[str, Any], role: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from puremind.cjk import cjk_match_expression
 from puremind.config import Settings
 from puremind.errors import FingerprintMismatch
+from puremind.langs import unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.fusion import reciprocal_rank_fusion
 from puremind.retrieval.lexical import fts_match_expression
@@ -75,6 +76,17 @@ class SearchOutcome:
             if excerpt:
                 lines.append(f"   {excerpt}")
         return lines
+
+
+def _reads(model: Any, query: str, part: str, notes: list[str]) -> bool:
+    """Whether `model` can read `query` (see puremind.langs); when not, says so in `notes`."""
+    languages = tuple(getattr(model, "languages", ()) or ())
+    script = unread_script(languages, query)
+    if script is None:
+        return True
+    notes.append(f"{part} left out for this query: the model reads {', '.join(languages)}, and most of the "
+                 f"query is in {script} script")
+    return False
 
 
 class Searcher:
@@ -186,11 +198,12 @@ class Searcher:
             qvec = None
             if embedder is not None:
                 self._check_fingerprint(store, embedder)
-                qvec = embedder.embed([query], is_query=True)[0]
+                if _reads(embedder, query, "semantic search", notes):
+                    qvec = embedder.embed([query], is_query=True)[0]
             hits, fused = self._fuse(store, match, query, qvec)
             use_rerank = self.rerank and bool(hits)
             reranker = self._reranker_or_none(notes) if use_rerank else None
-            if reranker is not None:
+            if reranker is not None and _reads(reranker, query, "reranking", notes):
                 cut = self.settings.rerank_chars
                 scores = reranker.score(query, [h.text[:cut] for h in hits])
                 ranked = sorted(zip(hits, scores), key=lambda hs: -float(hs[1]))
