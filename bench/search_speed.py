@@ -115,19 +115,21 @@ def measure_searches(settings, queries: list[str], rerank_queries: int) -> dict[
     from puremind.retrieval.pipeline import Searcher
 
     out = {}
-    for name, kwargs, qs in (
-        ("keyword (BM25)", {"lexical_only": True}, queries),
-        ("hybrid, no reranker", {}, queries),
-        ("hybrid + reranker (50 candidates)", {}, queries[:rerank_queries]),
+    for name, rerank, kwargs, qs, mode in (
+        ("keyword (BM25)", False, {"lexical_only": True}, queries, "lexical"),
+        ("hybrid, no reranker", False, {}, queries, "hybrid"),
+        ("hybrid + reranker (50 candidates)", True, {}, queries[:rerank_queries], "reranked"),
     ):
-        rerank = "reranker" in name
         searcher = Searcher(settings, rerank=rerank)
         searcher.search(qs[0], 10, **kwargs)  # warm: load models and the dense matrix once, as a server does
         times = []
         for q in qs:
             t = time.perf_counter()
-            searcher.search(q, 10, **kwargs)
+            outcome = searcher.search(q, 10, **kwargs)
             times.append(time.perf_counter() - t)
+            if outcome.mode != mode or outcome.notes:  # measure what the row says, nothing less or more
+                raise SystemExit(f"error: {name}: the search ran as {outcome.mode!r} ({outcome.notes})")
+            print(f"  {name}: {q!r} {times[-1]:.3f} s", file=sys.stderr, flush=True)
         searcher.close()
         out[name] = (statistics.median(times), pct(times, 0.95), len(qs))
     return out
@@ -228,7 +230,9 @@ def main() -> None:
     if args.write_results:
         from bench.index_speed import write_section
 
-        write_section(SECTION, f"python bench/search_speed.py WORKDIR {args.archive} --write-results", table)
+        import shlex
+
+        write_section(SECTION, "python bench/search_speed.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]), table)
 
 
 async def measure_server_flag(env: dict[str, str], *, rerank: bool) -> dict[str, float]:
