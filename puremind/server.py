@@ -112,7 +112,10 @@ class SearchResult(BaseModel):
     query: str
     mode: Literal["lexical", "hybrid", "reranked"] = Field(description="How the scores were computed.")
     score_meaning: str = Field(description="How to read the scores of this list.")
-    notes: list[str] = Field(description="What was left out of this search (a model that is not available).")
+    notes: list[str] = Field(
+        description="What was left out of this search: a model that is not available, or one that cannot read "
+        "the query's script."
+    )
     results: list[Passage] = Field(description="Best first. There is no relevance cut-off.")
 
 

@@ -34,7 +34,8 @@ def _quiet(_: str) -> None:
 @dataclass
 class SearchOutcome:
     """Results of one search and how their scores read: "lexical" (BM25), "hybrid" (RRF) or "reranked"
-    (cross-encoder probability 0..1). `notes` says what was left out (a model that is not available)."""
+    (cross-encoder probability 0..1). `notes` says what was left out: a model that is not available, or one
+    that cannot read the query's script."""
 
     query: str
     mode: str
