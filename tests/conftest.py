@@ -24,6 +24,14 @@ def puremind_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def default_sigint() -> None:
+    """A Popen preexec_fn: give the child the default SIGINT handling. A shell starts background jobs (`cmd &`)
+    with SIGINT ignored, and Python keeps an ignored SIGINT, so a test that sends Ctrl-C needs this."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class FakeEmbedder:
     """A deterministic embedder: hashed bag of words, L2-normalised. Counts what it embeds."""
 

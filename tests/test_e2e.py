@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint
 from puremind import cli
 from puremind.chunker import chunk_markdown
 
@@ -684,7 +685,7 @@ def test_ctrl_c_during_a_long_index_exits_130_and_leaves_a_consistent_index_the_
     many_notes(vault, 4000)
     db = home / "index.sqlite"
     proc = subprocess.Popen([sys.executable, "-m", "puremind", "index", str(vault)], env=subprocess_env(home),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         assert wait_for(lambda: indexed_count(db) > 0 or proc.poll() is not None), "no progress was committed"
         proc.send_signal(signal.SIGINT)

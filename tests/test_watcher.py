@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeEmbedder, write
+from conftest import FakeEmbedder, default_sigint, write
 from puremind import cli
 from puremind.errors import FingerprintMismatch, IndexBusyError, VaultError
 from puremind.indexer import IndexLock, index_vault
@@ -642,7 +642,7 @@ def test_ctrl_c_stops_the_watch_with_exit_130_after_compacting_and_sigterm_with_
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUREMIND_")}
     env.update(PUREMIND_HOME=str(home), PUREMIND_EMBED_MODEL="none", PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "puremind", "watch", str(vault), "--debounce", "0.1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in iter(proc.stdout.readline, "")], daemon=True)
     reader.start()
