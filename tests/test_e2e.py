@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint
+from conftest import default_sigint, meta
 from puremind import cli
 from puremind.chunker import chunk_markdown
 
@@ -85,15 +85,6 @@ def index_rows(db: Path) -> tuple[dict[str, tuple], dict[str, list[tuple]]]:
         ):
             chunks[path].append((ordn, tuple(json.loads(heading)), start, end, kind, text))
         return files, chunks
-    finally:
-        con.close()
-
-
-def meta(db: Path, key: str) -> str | None:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
     finally:
         con.close()
 

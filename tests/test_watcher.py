@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeEmbedder, default_sigint, write
+from conftest import FakeEmbedder, default_sigint, meta, write
 from puremind import cli
 from puremind.errors import FingerprintMismatch, IndexBusyError, VaultError
 from puremind.indexer import IndexLock, index_vault
@@ -156,15 +156,6 @@ def indexed(db: Path) -> dict[str, list[str]]:
         for path, text in con.execute("SELECT f.path, c.text FROM chunks c JOIN files f ON f.id = c.file_id ORDER BY f.path, c.ord"):
             out[path].append(text)
         return out
-    finally:
-        con.close()
-
-
-def meta(db: Path, key: str) -> str | None:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
     finally:
         con.close()
 
