@@ -18,6 +18,13 @@ indexer's transactional batches make it safe. watchdog's threads only record tha
 - Fatal, because no later run could succeed: the vault path now leads to another folder than the one the index
   belongs to; the index was built or rebuilt with another embedding model (the watch keeps the model it started
   with and never re-embeds over a newer index); a system limit on file watching (inotify watches or instances).
+  The watch limit is caught for a folder made while watching too: after arming and after every run the watcher
+  asks Linux which folders its inotify instances watch (puremind/inotify_watches.py, /proc/self/fdinfo) and
+  probes any visible folder left unwatched with a watch of its own; ENOSPC there is the limit. A folder that
+  can be watched but is not (watchdog had not reached it) is watched anew once, with a run.
+- Events the kernel dropped (inotify queue overflow) reach the watcher as watchdog's public EventsLostEvent
+  and start a run, which rescans the whole vault.
+- Only watchdog's public API is used (Observer, schedule/start/stop, emitters, the event classes' fields).
 - The keyword index is compacted once the vault has been quiet for `compact_quiet` seconds after a run that left
   deleted text behind, and at the latest `compact_latest` seconds after the change that caused it; a watch that
   stops compacts on its way out. One that dies before that leaves `Store.compact_pending()` set, and the first
@@ -39,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from puremind import inotify_watches
 from puremind.errors import FingerprintMismatch, IndexBusyError, PuremindError, VaultError
 from puremind.indexer import META_FINGERPRINT, META_VAULT, IndexLock, IndexReport, index_vault
 from puremind.store import Store
@@ -50,12 +58,17 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]
 #: on_event(kind, detail): "armed" (real root), "disarmed" (reason), "change" (path), "ignored" (path),
+#: "lost" (path: events were dropped), "unwatched" (list of folders that are watchable but were not watched),
 #: "run" (IndexReport), "run_failed" (exception), "busy" (None), "compacted" (True when the -wal was emptied).
 OnEvent = Callable[[str, Any], None]
 
 #: Event types that never mean a change: a read opens and closes a file without writing.
 _READ_EVENTS = {"opened", "closed_no_write"}
 _CHANGE_EVENTS = {"created", "deleted", "modified", "moved", "closed", "attrib"}
+#: watchdog's EventsLostEvent (7.1.1 and later): the kernel dropped events, a run must look at everything.
+_LOST_EVENT = "events_lost"
+#: unwatched folders probed per check (the first that hits the limit is enough to tell)
+_MAX_PROBES = 64
 #: inotify limits: watches per user (ENOSPC) and instances per user (EMFILE).
 _LIMIT_ERRNOS = {errno.ENOSPC: "fs.inotify.max_user_watches", errno.EMFILE: "fs.inotify.max_user_instances"}
 
@@ -170,7 +183,6 @@ class Watcher:
         self._dirty = False
         self._first_change: float | None = None
         self._last_change = -math.inf
-        self._limit_error: OSError | None = None
         self._stop_requested = False
 
         # The caller's thread only.
@@ -183,6 +195,10 @@ class Watcher:
         self._busy_shown = False
         self._owed_since: float | None = None  # compaction owed since (a change time)
         self._compact_not_before = -math.inf
+        # Folders found unwatched (but watchable) at the last check, and those already watched anew once.
+        self._unwatched: frozenset[str] = frozenset()
+        self._rewatched: frozenset[str] = frozenset()
+        self._unwatchable_shown: set[str] = set()
         # The embedding fingerprint this watch writes; None until known (keyword-only: the index's at start).
         self._fingerprint: str | None = embedder.fingerprint if embedder is not None else None
 
@@ -230,12 +246,6 @@ class Watcher:
             self._last_change = now
             self._cond.notify_all()
 
-    def _limit_reached(self, exc: OSError) -> None:
-        with self._cond:
-            if self._limit_error is None:
-                self._limit_error = exc
-            self._cond.notify_all()
-
     def _emit(self, kind: str, detail: Any = None) -> None:
         if self._on_event is not None:
             self._on_event(kind, detail)
@@ -248,7 +258,7 @@ class Watcher:
             raise _Fatal(VaultError(f"the vault directory {self.vault} does not exist or is not a directory",
                                     hint="check the path, or run `puremind init <vault_dir>`"))
         self._arm()
-        self._check_limit()
+        self._check_watches()
         self._notice(f"watching {root}: re-indexing {self.timing.debounce:g}s after the last change (Ctrl-C to stop)")
         while not self._stop_requested:
             try:
@@ -269,7 +279,6 @@ class Watcher:
         self._emit("busy")
 
     def _step(self) -> None:
-        self._check_limit()
         self._check_vault_folder()
         now = self._clock()
         due = self._run_due(now)
@@ -281,7 +290,7 @@ class Watcher:
             self._compact()
             return
         with self._cond:
-            if self._stop_requested or self._limit_error is not None:
+            if self._stop_requested:
                 return
             # Re-read under the lock: an event may have arrived since.
             timeout = min(self._run_due(now), compact_due, now + self.timing.poll) - now
@@ -353,6 +362,7 @@ class Watcher:
                 self._notice(f"warning: {warning}")
             self._say(report.summary())
         self._emit("run", report)
+        self._check_watches()
 
     def _index(self, *, first: bool) -> tuple[IndexReport, bool]:
         root = self._vault_root()
@@ -439,11 +449,36 @@ class Watcher:
     def _vault_root(self) -> str:
         return os.path.realpath(self.vault)
 
-    def _check_limit(self) -> None:
-        with self._cond:
-            exc = self._limit_error
-        if exc is not None:
-            raise _Fatal(_limit_error(exc))
+    def _check_watches(self) -> None:
+        """Stop with the limit error when a visible folder of the vault is not watched because of the inotify
+        watch limit (watchdog only logs that for a folder made while it runs); watch anew, once, when a folder
+        that could be watched is still unwatched at a second check."""
+        if self._armed is None:
+            return
+        root = self._armed[0]
+        missing = inotify_watches.unwatched_folders(root, lambda path: path_matters(root, path, True))
+        if not missing:
+            self._unwatched = frozenset()
+            return
+        watchable = []
+        for path in missing[:_MAX_PROBES]:
+            err = inotify_watches.probe(path)
+            if err in (errno.ENOSPC, errno.EMFILE):
+                raise _Fatal(_limit_error(OSError(err, os.strerror(err), path)))
+            if err == 0:
+                watchable.append(path)
+            elif err != errno.ENOENT and path not in self._unwatchable_shown:
+                self._unwatchable_shown.add(path)
+                self._notice(f"warning: cannot watch the folder {path}: {os.strerror(err)}; its notes are indexed "
+                             "by the next run or rescan only")
+        again = self._unwatched & set(watchable)
+        self._unwatched = frozenset(watchable)
+        if again and not again <= self._rewatched:
+            # Still unwatched a run later, yet watchable: watch the vault anew (and run, in case a change was missed).
+            self._rewatched = self._rewatched | again
+            self._emit("unwatched", sorted(again))
+            if self._arm_quietly():
+                self._changed()
 
     def _check_vault_folder(self) -> None:
         root = self._vault_root()
@@ -507,12 +542,14 @@ class Watcher:
             if exc.errno in _LIMIT_ERRNOS:
                 raise _Fatal(_limit_error(exc)) from None
             raise
-        _hook_observer(observer, self._limit_reached, self._changed)
-        observer.schedule(_Handler(self, root), root, recursive=True)
         try:
+            observer.schedule(_Handler(self, root), root, recursive=True)
             observer.start()
-        except BaseException:
+        except BaseException as exc:
             _stop_observer(observer)
+            if isinstance(exc, OSError) and exc.errno in _LIMIT_ERRNOS:
+                # watchdog raises for any folder it cannot watch while it starts (the root or one below it).
+                raise _Fatal(_limit_error(exc)) from None
             raise
         self._observer = observer
         self._armed = (root, (st.st_dev, st.st_ino))
@@ -537,37 +574,16 @@ class _Handler:
         self._root = root
 
     def dispatch(self, event: Any) -> None:
+        if getattr(event, "event_type", "") == _LOST_EVENT:
+            # The kernel's queue overflowed: changes anywhere may be missing. A run walks the whole vault.
+            self._watcher._emit("lost", os.fsdecode(event.src_path))
+            self._watcher._changed()
+            return
         if event_matters(self._root, event):
             self._watcher._emit("change", os.fsdecode(event.src_path))
             self._watcher._changed()
         else:
             self._watcher._emit("ignored", os.fsdecode(event.src_path))
-
-
-def _hook_observer(observer: Any, on_limit: Callable[[OSError], None], on_lost: Callable[[], None]) -> None:
-    """Surface what watchdog's inotify backend swallows: a watch limit hit on a subfolder (it only raises for
-    the root) and a kernel queue overflow (events lost: a run must look). Does nothing on other backends."""
-    fd = getattr(observer, "_inotify_fd", None)
-    add = getattr(fd, "add_callback", None)
-    handle = getattr(fd, "handle_event", None)
-    if add is None or handle is None:
-        return
-
-    def add_callback(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return add(*args, **kwargs)
-        except OSError as exc:
-            if exc.errno in _LIMIT_ERRNOS:
-                on_limit(exc)
-            raise
-
-    def handle_event(event: Any) -> Any:
-        if getattr(event, "is_queue_overflow", False):
-            on_lost()
-        return handle(event)
-
-    fd.add_callback = add_callback
-    fd.handle_event = handle_event
 
 
 def _stop_observer(observer: Any) -> None:

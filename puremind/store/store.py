@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import random
 import sqlite3
 import time
 import urllib.parse
@@ -112,28 +113,7 @@ class Store:
         except OSError as exc:
             raise from_os(path, exc, "create" if create else "open") from exc
 
-        # mode=rw: SQLite must never create the file itself (it would use the umask's mode).
-        uri = "file:" + urllib.parse.quote(str(path)) + "?mode=rw"
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
-                timeout=BUSY_TIMEOUT_MS / 1000,
-                check_same_thread=False,
-            )
-            _configure(conn)
-            migrate(conn)
-        except SchemaError as exc:
-            _close_quietly(conn)
-            raise StoreError(f"index {path} {exc.message}", hint=exc.hint) from exc
-        except sqlite3.Error as exc:
-            _close_quietly(conn)
-            raise from_sqlite(path, exc, "open") from exc
-        except BaseException:
-            _close_quietly(conn)
-            raise
+        conn = _connect_and_migrate(path)
         files.tighten_all(path)  # the -wal and -shm files exist only now
         return cls(conn, path)
 
@@ -648,6 +628,57 @@ class Store:
             return not busy
         except sqlite3.Error as exc:
             raise from_sqlite(self._path, exc, "write") from exc
+
+
+def _connect_and_migrate(path: Path) -> sqlite3.Connection:
+    """Connect to the existing file at `path`, switch it to WAL and migrate it, retrying the whole setup while
+    SQLite says busy, until the busy timeout has passed.
+
+    Several processes opening one new index at once (two agents' servers, `watch` and `serve` started together)
+    meet while the file is still in rollback-journal mode: there a connection that holds a read lock and wants
+    the write lock (the switch to WAL, a migration) gets SQLITE_BUSY at once, without SQLite's busy handler,
+    whenever another one does the same, since waiting could deadlock. Closing the connection releases its lock,
+    so the other one goes on, and the next try here finds WAL and the schema in place.
+    """
+    # mode=rw: SQLite must never create the file itself (it would use the umask's mode).
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=rw"
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.002
+    while True:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                check_same_thread=False,
+            )
+            _configure(conn)
+            migrate(conn)
+            return conn
+        except SchemaError as exc:
+            _close_quietly(conn)
+            raise StoreError(f"index {path} {exc.message}", hint=exc.hint) from exc
+        except sqlite3.Error as exc:
+            _close_quietly(conn)
+            if _is_busy(exc) and time.monotonic() < deadline:
+                # Random, growing pauses: processes that collided do not collide again in step.
+                time.sleep(random.uniform(pause / 2, pause))
+                pause = min(pause * 2, 0.1)
+                continue
+            raise from_sqlite(path, exc, "open") from exc
+        except BaseException:
+            _close_quietly(conn)
+            raise
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
 
 
 def _configure(conn: sqlite3.Connection) -> None:
