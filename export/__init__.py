@@ -6,32 +6,16 @@
 - `export_available()`: whether the export tools are installed, without importing them.
 
 Nothing heavy is imported with this package: torch, optimum, onnx and coremltools load inside the functions.
+The modules import one way: `onnx_export` -> `coreml_export` (a "coreml" variant is handed on) -> `_common`,
+`quantize`; nothing imports this package's `__init__`.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-
-from ._common import print_to_stderr
+from ._common import export_available, print_to_stderr
 from .coreml_export import coreml_available, export_coreml
 from .onnx_export import export_model
 from .quantize import INT8_METHODS
-
-
-def export_available() -> bool:
-    """True when optimum (with optimum-onnx), torch, transformers and onnx are importable.
-
-    Checked with `find_spec` on the top-level packages, so nothing is imported.
-    """
-    names = ("optimum", "torch", "transformers", "onnx", "onnxruntime")
-    if not all(importlib.util.find_spec(name) is not None for name in names):
-        return False
-    try:
-        importlib.metadata.version("optimum-onnx")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 __all__ = [

@@ -1,18 +1,24 @@
-"""Helpers shared by the ONNX and CoreML exports: progress, stdout protection, metadata, source files."""
+"""Helpers shared by the ONNX and CoreML exports: tools present, progress, stdout protection, metadata, source files,
+whether an existing export is current."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata
+import importlib.util
 import json
+import logging
 import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from puremind.errors import ModelError
+from puremind.models import artefacts
 
 Progress = Callable[[str], None]
 
@@ -20,9 +26,22 @@ Progress = Callable[[str], None]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 
 
-def print_to_stderr(message: str) -> None:
-    """The default progress sink: one line on stderr (stdout belongs to JSON-RPC in `serve`)."""
-    print(message, file=sys.stderr, flush=True)
+def export_available() -> bool:
+    """True when optimum (with optimum-onnx), torch, transformers and onnx are importable.
+
+    Checked with `find_spec` on the top-level packages, so nothing is imported.
+    """
+    names = ("optimum", "torch", "transformers", "onnx", "onnxruntime")
+    if not all(importlib.util.find_spec(name) is not None for name in names):
+        return False
+    try:
+        importlib.metadata.version("optimum-onnx")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+from puremind.messages import to_stderr as print_to_stderr  # noqa: E402  (the one stderr printer)
 
 
 @contextlib.contextmanager
@@ -43,6 +62,36 @@ def stdout_to_stderr() -> Iterator[None]:
             sys.stderr.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+#: loggers of the libraries the export drives; their warnings are about their own internals, not the user's model
+QUIET_LOGGERS = ("transformers", "optimum", "torch", "onnx", "onnxruntime", "coremltools", "accelerate")
+
+
+@contextlib.contextmanager
+def quiet_libraries(*configure: str) -> Iterator[None]:
+    """Keep third-party chatter out of the user's terminal for the duration: Python warnings (torch's
+    TracerWarning, deprecations) and the libraries' log lines below ERROR ("install accelerate", "`torch_dtype`
+    is deprecated"). pureMind's own progress goes on; errors still raise and become one `error:` line.
+
+    `configure` names logging modules to import first ("transformers.utils.logging"): transformers and optimum
+    set their loggers' level when first imported, which would undo a level set before.
+    """
+    for module in configure:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module).get_logger()
+    saved = []
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.level))
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
 
 
 class Timer:
@@ -161,3 +210,19 @@ def spec_metadata(spec: Any, source: Any, variant: str, model_dir_for_ids: Path)
 #: fields whose change makes an existing artefact stale (its metadata would lie about the model).
 SPEC_FIELDS = ("key", "hub_id", "revision", "role", "task", "architecture", "pooling", "normalize",
                "padding_side", "query_prefix", "passage_prefix", "dim", "activation")
+
+
+def current_artefact(path: Path, expected: dict[str, Any], progress: Progress, label: str) -> bool:
+    """True when `path` holds a verified artefact made with `expected` settings (checksums are checked)."""
+    if not (path / artefacts.META_NAME).exists():
+        return False
+    try:
+        meta = artefacts.read_artefact(path, verify=True)
+    except ModelError as exc:
+        progress(f"{label}: the existing export is unusable ({exc.message}); exporting again")
+        return False
+    changed = [k for k, v in expected.items() if meta.get(k) != v]
+    if changed:
+        progress(f"{label}: settings changed ({', '.join(changed)}); exporting again")
+        return False
+    return True

@@ -21,9 +21,11 @@ from ._common import (
     Progress,
     Timer,
     copy_tokenizer_files,
+    current_artefact,
     human_size,
     one_line,
     print_to_stderr,
+    quiet_libraries,
     read_json,
     spec_metadata,
     stdout_to_stderr,
@@ -68,18 +70,21 @@ def build_wrapper(spec: Any, source_dir: Path):
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     kwargs = dict(local_files_only=True, trust_remote_code=False, attn_implementation="sdpa")
+
+    class Plain(torch.nn.Module):
+        """The model fed (input_ids, attention_mask) as they are, giving one named output."""
+
+        def __init__(self, model, output: str) -> None:
+            super().__init__()
+            self.model = model
+            self.output = output
+
+        def forward(self, input_ids, attention_mask):
+            return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask), self.output)
+
     if spec.role == "reranker":
         model = AutoModelForSequenceClassification.from_pretrained(str(source_dir), **kwargs).eval()
-
-        class Reranker(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, input_ids, attention_mask):
-                return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-
-        return Reranker().eval()
+        return Plain(model, "logits").eval()
     if spec.role != "embedder":
         raise ModelError(f"model {spec.key} has role {spec.role!r}; CoreML export knows embedder and reranker")
     model = AutoModel.from_pretrained(str(source_dir), **kwargs).eval()
@@ -108,15 +113,7 @@ def build_wrapper(spec: Any, source_dir: Path):
 
         return Qwen3().eval()
 
-    class Encoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    return Encoder().eval()
+    return Plain(model, "last_hidden_state").eval()
 
 
 def convert(wrapper, package: Path, *, role: str, max_seq: int, max_batch: int = MAX_BATCH) -> None:
@@ -208,8 +205,6 @@ def export_coreml(
     label = f"{spec.key} {VARIANT}"
     parent = artefacts.model_dir(home, spec.key, source.revision)
     with artefacts.model_lock(parent, on_wait=progress):
-        from .onnx_export import current_artefact
-
         if not force and current_artefact(final, expected, progress, label):
             progress(f"{label}: already exported and verified ({final})")
             return final
@@ -219,7 +214,7 @@ def export_coreml(
             progress(f"{label}: converting with coremltools (torch.export, batch 1-{MAX_BATCH}, length 2-{seq})")
             package = tmp / "model.mlpackage"
             try:
-                with stdout_to_stderr():
+                with stdout_to_stderr(), quiet_libraries("transformers.utils.logging"):
                     wrapper = build_wrapper(spec, src_dir)
                     convert(wrapper, package, role=spec.role, max_seq=seq)
                     inputs, outputs = package_io(package)

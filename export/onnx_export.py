@@ -15,17 +15,23 @@ from ._common import (
     Progress,
     Timer,
     copy_tokenizer_files,
+    current_artefact,
+    export_available,
     human_size,
     one_line,
     print_to_stderr,
+    quiet_libraries,
     spec_metadata,
     stdout_to_stderr,
     tool_versions,
 )
+from .coreml_export import export_coreml
 from .quantize import EXTERNAL_DATA, convert_fp16, quantize_int8
 
 ONNX_TOOLS = ("optimum", "optimum-onnx", "onnxruntime", "onnx", "transformers", "torch")
-COREML_VARIANT = "coreml"
+COREML_VARIANT = "coreml"  # handed to export_coreml
+#: the libraries whose loggers the Optimum export quiets (see `quiet_libraries`)
+LIBRARY_LOGGING = ("transformers.utils.logging", "optimum.utils.logging")
 
 
 def variant_spec(spec: Any, name: str) -> Any:
@@ -44,22 +50,6 @@ def variant_spec(spec: Any, name: str) -> Any:
 def variant_settings(vspec: Any) -> dict[str, Any]:
     """How a variant was made, stored in its metadata so a changed manifest is noticed."""
     return {"dtype": vspec.dtype, "method": vspec.method, "exclude_ops": list(vspec.exclude_ops)}
-
-
-def current_artefact(path: Path, expected: dict[str, Any], progress: Progress, label: str) -> bool:
-    """True when `path` holds a verified artefact made with `expected` settings (checksums are checked)."""
-    if not (path / artefacts.META_NAME).exists():
-        return False
-    try:
-        meta = artefacts.read_artefact(path, verify=True)
-    except ModelError as exc:
-        progress(f"{label}: the existing export is unusable ({exc.message}); exporting again")
-        return False
-    changed = [k for k, v in expected.items() if meta.get(k) != v]
-    if changed:
-        progress(f"{label}: settings changed ({', '.join(changed)}); exporting again")
-        return False
-    return True
 
 
 def export_model(
@@ -83,8 +73,6 @@ def export_model(
         ModelError: export dependencies missing, an unknown variant, or any export step failing (one line,
             the library's exception chained).
     """
-    from . import export_available
-
     home = Path(home)
     wanted = list(dict.fromkeys(variants))
     specs = {name: variant_spec(spec, name) for name in wanted}
@@ -112,8 +100,6 @@ def export_model(
         if pending:
             _export_onnx(spec, source, home, pending, specs, results, progress)
     if COREML_VARIANT in wanted:
-        from .coreml_export import export_coreml
-
         results[COREML_VARIANT] = export_coreml(spec, source, home, progress=progress, force=force)
     return {name: results[name] for name in wanted}
 
@@ -198,9 +184,9 @@ def _reusable_fp32(spec, source, fp32_final: Path, *, checked: bool) -> Path | N
     return fp32_final / "model.onnx"
 
 
-def _guard(spec, variant: str, fn) -> None:
+def _guard(spec, variant: str, fn, *, configure: tuple[str, ...] = ()) -> None:
     try:
-        with stdout_to_stderr():
+        with stdout_to_stderr(), quiet_libraries(*configure):
             fn()
     except ModelError:
         raise
@@ -225,7 +211,7 @@ def _optimum_export(spec, src_dir: Path, out: Path) -> None:
             device="cpu",
         )
 
-    _guard(spec, "fp32", run)
+    _guard(spec, "fp32", run, configure=LIBRARY_LOGGING)
     if not (out / "model.onnx").exists():
         raise ModelError(f"exporting {spec.key} fp32 failed: Optimum wrote no model.onnx")
 

@@ -4,7 +4,7 @@ Pure: text in, data out; no files, no IO, no globals that change.
 
 The pipeline, one small function per step:
 
-1. `_normalise`: CRLF -> LF, drop a leading byte-order mark.
+1. `_normalise`: CRLF and lone CR -> LF, drop a leading byte-order mark.
 2. `_scan`: find the YAML frontmatter, the fenced code blocks and the ATX headings (# to ####) outside them.
 3. `_split_sections`: one section per heading (plus the text before the first heading), with its breadcrumb.
 4. `_join_empty_headings`: a heading with no text of its own joins the deeper section under it.
@@ -27,7 +27,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field, replace
 
-__all__ = ["CHUNKER_VERSION", "Chunk", "chunk_markdown"]
+__all__ = ["CHUNKER_VERSION", "Chunk", "NoteTitle", "breadcrumb", "chunk_markdown", "note_title"]
 
 CHUNKER_VERSION = "1"  # bump when output for the same input changes (part of the embedding fingerprint)
 
@@ -156,10 +156,11 @@ def _check_args(max_chars: int, min_chars: int, overlap: float) -> None:
 
 
 def _normalise(text: str) -> str:
-    """LF line endings; no byte-order mark (a decoded BOM would hide frontmatter or a heading on line 1)."""
+    """LF line endings (CRLF, and a lone CR as old Mac files have it, are line breaks); no byte-order mark (a
+    decoded BOM would hide frontmatter or a heading on line 1)."""
     if text.startswith("\ufeff"):
         text = text[1:]
-    return text.replace("\r\n", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 # --- recognising lines -----------------------------------------------------------------------------------------
@@ -652,3 +653,85 @@ def _section_chunks(doc: _Doc, section: _Section, max_chars: int, overlap: float
             )
         )
     return chunks
+
+
+# --- titles ------------------------------------------------------------------------------------------------------
+
+#: At most this many aliases of a note are searchable, each cut to MAX_TITLE_CHARS.
+MAX_ALIASES = 20
+MAX_TITLE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class NoteTitle:
+    """What a note is called: its title (frontmatter `title`, else its first `#` heading, else its file name
+    without the extension) and its frontmatter `aliases` (Obsidian's key; `alias` too)."""
+
+    title: str
+    aliases: tuple[str, ...] = ()
+
+
+def note_title(text: str, rel: str) -> NoteTitle:
+    """The title and aliases of the note at vault-relative path `rel` with content `text`."""
+    lines = _normalise(text).split("\n")
+    doc = _scan(lines)
+    fields = _frontmatter_fields(lines, doc.frontmatter) if doc.frontmatter else {}
+    title = next((v for v in fields.get("title", []) if v), "")
+    if not title:
+        title = next((t for _, (level, t) in sorted(doc.headings.items()) if level == 1 and t), "")
+    if not title:
+        name = rel.rsplit("/", 1)[-1]
+        stem, dot, _ = name.rpartition(".")
+        title = stem if dot and stem else name
+    seen = {title.casefold()}
+    aliases = []
+    for alias in [*fields.get("aliases", []), *fields.get("alias", [])]:
+        alias = alias[:MAX_TITLE_CHARS]
+        if alias and alias.casefold() not in seen and len(aliases) < MAX_ALIASES:
+            seen.add(alias.casefold())
+            aliases.append(alias)
+    return NoteTitle(title[:MAX_TITLE_CHARS], tuple(aliases))
+
+
+_FIELD_RE = re.compile(r"([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(.*))?")
+_ITEM_RE = re.compile(r"[ \t]*-[ \t]+(.*)")
+
+
+def _frontmatter_fields(lines: list[str], fm: _Block) -> dict[str, list[str]]:
+    """The top-level `key: value`, `key: [a, b]` and `key:` + `- item` entries of YAML frontmatter, as strings
+    (quotes removed). Enough for `title` and `aliases`; anything else YAML can say is left alone."""
+    fields: dict[str, list[str]] = {}
+    key: str | None = None
+    for line in lines[fm.first + 1 : fm.last]:
+        item = _ITEM_RE.fullmatch(line)
+        if item is not None and key is not None:
+            fields[key].append(_scalar(item.group(1)))
+            continue
+        match = _FIELD_RE.fullmatch(line.rstrip())
+        if match is None:
+            key = None if not line.startswith((" ", "\t")) else key
+            continue
+        key = match.group(1).casefold()
+        value = (match.group(2) or "").strip()
+        if value.startswith("[") and value.endswith("]"):
+            fields[key] = [_scalar(v) for v in value[1:-1].split(",")]
+        else:
+            fields[key] = [_scalar(value)] if value else []
+    return fields
+
+
+def _scalar(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1].strip()
+    if " #" in value:  # a YAML comment after a plain value
+        value = value.split(" #", 1)[0].rstrip()
+    return value
+
+
+def breadcrumb(title: str, heading_path: tuple[str, ...]) -> tuple[str, ...]:
+    """The note's title, then the headings above a chunk (the title once, when the first heading repeats it):
+    what the embedder and the reranker read before a chunk's text."""
+    if title and not (heading_path and heading_path[0].casefold() == title.casefold()):
+        return (title, *heading_path)
+    return tuple(heading_path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+import typer.core
 
 from puremind.errors import PuremindError
 
@@ -22,14 +23,57 @@ EXIT_NOTHING_FOUND = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
+class _Commands(typer.core.TyperGroup):
+    """The command list of `puremind --help` with each command's whole description: Click would cut it after
+    the first sentence or about 45 characters ("Write ~/.puremind/config.toml (PUREMIND_HOME overrides...")."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            text = command.short_help or (command.help or "").split("\n\n")[0]
+            rows.append((name, " ".join(text.split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 app = typer.Typer(
     name="puremind",
     help="One local memory for coding agents: Markdown notes you own, one SQLite index, search over MCP.",
+    cls=_Commands,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _installed_version() -> str:
+    """The version in the package metadata (what pip installed), else the source tree's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("puremind")
+    except PackageNotFoundError:
+        from puremind import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"puremind {_installed_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", is_eager=True, expose_value=False, callback=_print_version, help="Print the version and exit."),
+) -> None:
+    pass
 
 
 class NothingFound(Exception):
@@ -88,12 +132,15 @@ def init(
 def index(
     vault_dir: Optional[Path] = typer.Argument(None, help="The vault to index (default: the configured one)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Embed every note again; needed after changing the embedding model."),
+    allow_removals: bool = typer.Option(False, "--allow-removals", help="Remove missing notes even when the vault looks empty or most of it is missing (held back otherwise)."),
 ) -> None:
     """Index the vault incrementally: only notes whose content changed are read and embedded again."""
-    from puremind.services import run_index
+    from puremind.services import build_models, run_index
 
     settings = _settings(vault=vault_dir)
-    report = run_index(settings, rebuild=rebuild, progress=_progress_bar(), notice=_notice)
+    models = build_models(settings, progress=_notice)  # loaded only when the run needs one
+    report = run_index(settings, rebuild=rebuild, allow_removals=allow_removals, progress=_progress_bar(),
+                       notice=_notice, models=models)
     for warning in report.warnings:
         _notice(f"warning: {warning}")
     typer.echo(report.summary())
@@ -112,14 +159,34 @@ def search(
     from puremind.services import run_search
 
     settings = _settings(rerank=False if no_rerank else None)
-    outcome = run_search(settings, query, limit=limit, lexical_only=lexical_only, notice=_notice)
+    result = run_search(settings, query, limit=limit, lexical_only=lexical_only, notice=_notice)
     if as_json:
-        typer.echo(json.dumps(outcome.as_json(), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2))
     else:
-        for line in outcome.render_text():
+        for line in render_search_lines(result):
             typer.echo(line)
-    if not outcome.hits:
+    if not result.results:
         raise NothingFound()
+
+
+def render_search_lines(result) -> list[str]:
+    """The terminal's lines for one search (a puremind.results.SearchResult)."""
+    from puremind.results import SCORE_LABELS
+
+    if not result.results:
+        return [f"nothing found for {result.query!r}"]
+    label = SCORE_LABELS[result.mode]
+    lines: list[str] = []
+    for p in result.results:
+        crumb = " > ".join(p.heading_path)
+        path = p.path.replace("\n", "\\n")
+        lines.append(f"{p.rank}. {path}:{p.start_line}  (lines {p.start_line}-{p.end_line})  {label} {p.score:.4g}")
+        if crumb:
+            lines.append(f"   {crumb}")
+        excerpt = " ".join(p.excerpt.split())
+        if excerpt:
+            lines.append(f"   {excerpt}")
+    return lines
 
 
 @app.command()
@@ -128,16 +195,26 @@ def serve(no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cr
     """Run the MCP server on stdio (your agent starts this; models load on the first search)."""
     from puremind.server import serve_command
 
-    serve_command(_settings(), rerank=False if no_rerank else None)
+    # The settings are read by the server: a broken config.toml must not stop it before the MCP handshake.
+    serve_command(_settings, rerank=False if no_rerank else None)
 
 
 @app.command()
 @_guarded
-def connect(agent: str = typer.Argument(..., help="claude-code, codex or cursor.")) -> None:
-    """Print the command or snippet that registers pureMind with an agent; never edits a file."""
+def connect(
+    agent: str = typer.Argument(..., help="claude-code, codex or cursor."),
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="Register `serve --no-rerank`: fast searches without the cross-encoder (for a machine without a GPU)."),
+    toml: bool = typer.Option(False, "--toml", help="Codex only: print the config.toml entry instead of the `codex mcp add` command."),
+) -> None:
+    """Print the command or snippet that registers pureMind with an agent (stdout), and where it goes (stderr); never edits a file."""
     from puremind.connect import connect_command
 
-    typer.echo(connect_command(agent), nl=False)
+    snippet = connect_command(agent, no_rerank=no_rerank, toml=toml)
+    for line in snippet.guide:
+        _notice(line)
+    typer.echo(snippet.text, nl=False)
+    for line in snippet.notes:
+        _notice(line)
 
 
 @app.command()
@@ -149,10 +226,11 @@ def watch(
     ),
 ) -> None:
     """Index the vault, then again each time it has been quiet for --debounce seconds after a change; Ctrl-C stops."""
-    from puremind.watcher import watch_command
+    from puremind.services import build_models, run_watch
 
     settings = _settings(vault=vault_dir)
-    watch_command(settings, debounce=debounce, say=typer.echo, notice=_notice, progress=_progress_bar())
+    run_watch(settings, debounce=debounce, say=typer.echo, notice=_notice, progress=_progress_bar(),
+              models=build_models(settings, progress=_notice))
 
 
 @app.command("export-models")
@@ -165,7 +243,7 @@ def export_models(
 ) -> None:
     """Fetch the configured models at their pinned revisions and export them once to ONNX (needs the [export] extra)."""
     from puremind.errors import ConfigError
-    from puremind.models.loader import export_configured
+    from puremind.services import export_models as export_configured
 
     if only not in (None, "embedder", "reranker"):
         raise ConfigError(f"--only must be 'embedder' or 'reranker', not {only!r}")
@@ -256,7 +334,10 @@ def run(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         hint = f"see `{ctx.command_path} --help`" if ctx is not None else None
         if type(exc).__name__ == "NoSuchOption" and ctx is not None and ctx.info_name == "search":
-            hint = "to search for text that starts with '-', put `--` before the query: puremind search -- '-text'"
+            hint = (
+                "to search for text that starts with '-', put `--` before the query, after any option: "
+                "puremind search --limit 5 -- '-text'"
+            )
         _error(exc.format_message(), hint)
         return EXIT_ERROR
     except OSError as exc:
@@ -264,6 +345,25 @@ def run(argv: list[str] | None = None) -> int:
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
         _error(f"{exc.strerror or exc}{where}", None)
         return EXIT_ERROR
+    except Exception as exc:
+        # A bug, not a user error: still one line and exit 2 (an uncaught exception would print a traceback and
+        # exit 1, which reads as "nothing found").
+        _error(f"unexpected {type(exc).__name__}: {_one_line(exc)}", _bug_hint(argv))
+        return EXIT_ERROR
+
+
+def _one_line(exc: BaseException) -> str:
+    from puremind.messages import one_line
+
+    return one_line(exc, 300) or "(no message)"
+
+
+def _bug_hint(argv: list[str] | None) -> str:
+    """Ask for a report naming the command (only its name: the rest may be a private query or path)."""
+    args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), None)
+    ran = f"`puremind {command}`" if command else "the command you ran"
+    return f"this is a bug in pureMind: please report it, with {ran} and this error line"
 
 
 def _error(message: str, hint: str | None) -> None:

@@ -1,7 +1,8 @@
 """`puremind connect <agent>`: the exact command or config entry that registers pureMind with a coding agent.
 
 It only prints. Agents rewrite their own config files while they run, and the person should see what goes
-where, so pureMind never edits them.
+where, so pureMind never edits them. Only the command or entry goes to stdout (`puremind connect cursor >
+~/.cursor/mcp.json` must give valid JSON); where it goes, what it carries and any warning go to stderr.
 
 The snippet names the puremind executable by its absolute path and carries the settings of this shell
 (every PUREMIND_* variable plus the Hugging Face ones), because an agent started from a GUI, such as Cursor,
@@ -25,6 +26,7 @@ import os
 import shlex
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -77,42 +79,142 @@ def resolve_executable() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "puremind"]
 
 
-def connect_snippet(agent: str, env: Mapping[str, str], executable: str | Sequence[str]) -> str:
-    """The text `puremind connect <agent>` prints: where it goes, then the command or config entry.
+@dataclass(frozen=True)
+class Snippet:
+    """What `puremind connect <agent>` prints. Only `text` goes to stdout, so that it can be pasted, piped to
+    `sh` or redirected into a file as it is; `guide` (where it goes) is printed on stderr before it and `notes`
+    (what it carries, warnings, advice) on stderr after it."""
+
+    text: str
+    guide: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def connect_snippet(
+    agent: str,
+    env: Mapping[str, str],
+    executable: str | Sequence[str],
+    *,
+    no_rerank: bool = False,
+    toml: bool = False,
+) -> Snippet:
+    """The command or config entry that registers pureMind with `agent`, and the lines that explain it.
 
     `executable` is the program that starts pureMind (a path), or a program followed by its leading
-    arguments (e.g. [python, "-m", "puremind"]); "serve" is appended.
+    arguments (e.g. [python, "-m", "puremind"]); "serve" is appended (and "--no-rerank" with `no_rerank`).
+    `toml` (Codex only) gives the `[mcp_servers.puremind]` entry for config.toml instead of the command.
 
     Raises:
-        ConfigError: an unknown agent (the message lists the known ones).
+        ConfigError: an unknown agent (the message lists the known ones), or `toml` for another agent.
     """
     key = agent.strip().lower()
     if key not in AGENTS:
         raise ConfigError(f"unknown agent {agent!r}", hint=f"known agents: {', '.join(AGENTS)}")
+    if toml and key != "codex":
+        raise ConfigError("--toml is only for codex", hint=f"`puremind connect {key}` prints what {key} needs")
     program = [executable] if isinstance(executable, str) else list(executable)
-    command = [*program, "serve"]
+    command = [*program, "serve", *(["--no-rerank"] if no_rerank else [])]
     carried, unusable = carried_env(env)
-    render = {"claude-code": _claude_code, "codex": _codex, "cursor": _cursor}[key]
-    header, body = render(command, carried, env)
-    return "\n".join([*header, *_env_comment(carried, unusable), *body]) + "\n"
+    if key == "claude-code":
+        guide, text = _claude_code(command, carried)
+    elif key == "codex":
+        guide, text = _codex(command, carried, env, toml=toml, no_rerank=no_rerank)
+    else:
+        guide, text = _cursor(command, carried)
+    return Snippet(text=text, guide=guide, notes=_env_notes(carried, unusable))
 
 
-def connect_command(agent: str) -> str:
-    """`puremind connect <agent>`: the snippet for this shell's environment and executable (the CLI prints it).
+def connect_command(agent: str, *, no_rerank: bool = False, toml: bool = False) -> Snippet:
+    """`puremind connect <agent>`: the snippet for this shell's environment and executable, with warnings about
+    this setup (no config or index yet, a config file the server cannot read, reranking that would be slow).
 
     Raises:
-        ConfigError: an unknown agent.
+        ConfigError: an unknown agent, or `toml` for another agent than codex.
     """
-    return connect_snippet(agent, os.environ, resolve_executable())
+    snippet = connect_snippet(agent, os.environ, resolve_executable(), no_rerank=no_rerank, toml=toml)
+    notes = setup_notes(os.environ, agent=agent.strip().lower(), no_rerank=no_rerank, toml=toml)
+    return Snippet(text=snippet.text, guide=snippet.guide, notes=[*snippet.notes, *notes])
 
 
-def _env_comment(carried: Mapping[str, str], unusable: Sequence[str]) -> list[str]:
+def setup_notes(env: Mapping[str, str], *, agent: str, no_rerank: bool, toml: bool = False) -> list[str]:
+    """Warnings about the setup the server will find (read with this environment, which the snippet carries):
+    a config file it cannot read, no vault or no index yet, and whether `--no-rerank` would help here."""
+    from puremind.config import load_settings
+    from puremind.errors import PuremindError
+
+    try:
+        settings = load_settings(env=env)
+    except PuremindError as exc:
+        lines = [f"warning: {' '.join(exc.message.split())}"]
+        if exc.hint:
+            lines.append(f"hint: {' '.join(exc.hint.split())}")
+        lines.append("until that is fixed, the server starts but answers every tool call with this error")
+        return lines
+    lines = []
+    if settings.vault is None:
+        where = f"no config file at {settings.config_path}" if not settings.config_path.exists() else "no vault is set"
+        lines.append(f"warning: {where} yet: run `puremind init <vault_dir>`, then `puremind index`")
+    elif not settings.db.exists():
+        lines.append(f"warning: no index at {settings.db} yet: run `puremind index` before your agent searches")
+    if not no_rerank and settings.rerank and settings.backend == "onnx":
+        reasons = rerank_reasons(_offered_providers(settings), _reranker_exported(settings))
+        if reasons:
+            again = f"puremind connect {agent}{' --toml' if toml else ''} --no-rerank"
+            lines.append(f"note: reranking would be slow here: {'; '.join(reasons)}")
+            lines.append(f"hint: `{again}` registers `serve --no-rerank`, which skips the cross-encoder (searches stay under a second)")
+    return lines
+
+
+def rerank_reasons(providers: Sequence[str] | None, exported: bool | None) -> list[str]:
+    """Why the cross-encoder would slow this machine's searches down: the onnxruntime execution providers
+    pureMind would use (None: unknown) and whether the reranker is exported (None: unknown)."""
+    reasons = []
+    if providers is not None and not any(p in ("CUDAExecutionProvider", "CoreMLExecutionProvider") for p in providers):
+        reasons.append("there is no GPU provider (CUDA or Core ML), so the cross-encoder runs on the CPU, 10 s or more a search")
+    if exported is False:
+        reasons.append(
+            "the reranker is not exported yet: the first search would export it (minutes; needs the [export] "
+            "extra) or go on without it"
+        )
+    return reasons
+
+
+def _offered_providers(settings) -> list[str] | None:
+    """The providers a search would run on (imports onnxruntime: 0.08 s), or None when that is unknown."""
+    import platform
+
+    from puremind.errors import PuremindError
+    from puremind.models.providers import available_providers, select_providers
+
+    try:
+        return select_providers(settings.device, available_providers(), platform.system(), platform.machine())
+    except PuremindError:
+        return None
+
+
+def _reranker_exported(settings) -> bool | None:
+    """Whether a pinned reranker has an exported variant here; None for a model outside the manifest (finding
+    out would mean looking it up on the hub)."""
+    from puremind.errors import PuremindError
+    from puremind.models.artefacts import list_variants
+    from puremind.models.manifest import load_manifest
+
+    try:
+        spec = load_manifest().by_hub_id(settings.reranker)
+        if spec is None:
+            return None
+        return bool(list_variants(settings.home, spec.key, settings.reranker_revision or spec.revision))
+    except PuremindError:
+        return None
+
+
+def _env_notes(carried: Mapping[str, str], unusable: Sequence[str]) -> list[str]:
     if carried:
-        lines = [f"# It carries {', '.join(carried)} from this shell."]
+        lines = [f"It carries {', '.join(carried)} from this shell."]
     else:
-        lines = ["# No PUREMIND_* or Hugging Face variables are set in this shell; the server reads ~/.puremind/config.toml."]
+        lines = ["No PUREMIND_* or Hugging Face variables are set in this shell; the server reads ~/.puremind/config.toml."]
     if unusable:
-        lines.append(f"# Not carried (value is not valid UTF-8): {', '.join(unusable)}.")
+        lines.append(f"Not carried (value is not valid UTF-8): {', '.join(unusable)}.")
     return lines
 
 
@@ -123,50 +225,57 @@ def _shell_line(words: Sequence[str], groups: Sequence[Sequence[str]]) -> str:
     return " \\\n".join(parts)
 
 
-_Lines = tuple[list[str], list[str]]  # (header comment lines, the command or entry itself)
+_Rendered = tuple[list[str], str]  # (guide lines for stderr, the text for stdout)
 
 
-def _claude_code(command: list[str], carried: Mapping[str, str], env: Mapping[str, str]) -> _Lines:
+def _claude_code(command: list[str], carried: Mapping[str, str]) -> _Rendered:
     groups = [["-e", f"{name}={value}"] for name, value in carried.items()]
     groups.append(["--", *command])
-    header = [
-        "# Claude Code: run this once in a terminal. It registers pureMind for all your projects (user scope);",
-        "# Claude Code keeps the entry in ~/.claude.json. pureMind does not edit that file.",
+    guide = [
+        "Claude Code: run this command once in a terminal (or pipe it to sh). It registers pureMind for all your",
+        "projects (user scope); Claude Code keeps the entry in ~/.claude.json. pureMind does not edit that file.",
     ]
-    return header, [_shell_line(["claude", "mcp", "add", "--scope", "user", SERVER_NAME], groups)]
+    return guide, _shell_line(["claude", "mcp", "add", "--scope", "user", SERVER_NAME], groups) + "\n"
 
 
-def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str]) -> _Lines:
+def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str], *, toml: bool, no_rerank: bool) -> _Rendered:
     codex_home = env.get("CODEX_HOME", "").strip()
     config = os.path.join(os.fspath(expand(codex_home)), "config.toml") if codex_home else "~/.codex/config.toml"
+    if toml:
+        lines = [
+            f"[mcp_servers.{SERVER_NAME}]",
+            f"command = {_toml_string(command[0])}",
+            f"args = [{', '.join(_toml_string(a) for a in command[1:])}]",
+        ]
+        if carried:
+            lines += ["", f"[mcp_servers.{SERVER_NAME}.env]"]
+            lines += [f"{_toml_key(name)} = {_toml_string(value)}" for name, value in carried.items()]
+        guide = [
+            f"Codex: add this entry to {config} yourself (pureMind does not edit that file). Appending it with `>>`",
+            f"works only when the file has no [mcp_servers.{SERVER_NAME}] entry yet; otherwise replace that entry.",
+        ]
+        return guide, "\n".join(lines) + "\n"
     groups = [["--env", f"{name}={value}"] for name, value in carried.items()]
     groups.append(["--", *command])
-    header = [f"# Codex: run this once in a terminal; Codex writes the entry to {config}."]
-    lines = [
-        _shell_line(["codex", "mcp", "add", SERVER_NAME], groups),
-        "",
-        f"# Or add this entry to {config} yourself (pureMind does not edit that file):",
-        f"[mcp_servers.{SERVER_NAME}]",
-        f"command = {_toml_string(command[0])}",
-        f"args = [{', '.join(_toml_string(a) for a in command[1:])}]",
+    toml_command = f"puremind connect codex --toml{' --no-rerank' if no_rerank else ''}"
+    guide = [
+        f"Codex: run this command once in a terminal (or pipe it to sh); Codex writes the entry to {config}.",
+        f"To edit that file yourself instead, `{toml_command}` prints the entry.",
     ]
-    if carried:
-        lines += ["", f"[mcp_servers.{SERVER_NAME}.env]"]
-        lines += [f"{_toml_key(name)} = {_toml_string(value)}" for name, value in carried.items()]
-    return header, lines
+    return guide, _shell_line(["codex", "mcp", "add", SERVER_NAME], groups) + "\n"
 
 
-def _cursor(command: list[str], carried: Mapping[str, str], env: Mapping[str, str]) -> _Lines:
+def _cursor(command: list[str], carried: Mapping[str, str]) -> _Rendered:
     entry: dict[str, object] = {"command": command[0], "args": command[1:]}
     if carried:
         entry["env"] = dict(carried)
     document = json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2, ensure_ascii=False)
-    header = [
-        "# Cursor: put this in ~/.cursor/mcp.json (all projects) or .cursor/mcp.json (one project). If the file",
-        f'# already has "mcpServers", add only the "{SERVER_NAME}" entry inside it, then restart Cursor.',
-        "# pureMind does not edit that file.",
+    guide = [
+        "Cursor: this JSON goes in ~/.cursor/mcp.json (all projects) or .cursor/mcp.json (one project);",
+        "`puremind connect cursor > ~/.cursor/mcp.json` writes a new file. If the file already has",
+        f'"mcpServers", add only the "{SERVER_NAME}" entry inside it. Then restart Cursor. pureMind does not edit that file.',
     ]
-    return header, ["", document]
+    return guide, document + "\n"
 
 
 def _toml_string(text: str) -> str:

@@ -25,6 +25,7 @@ def run_demo(notice: Callable[[str], None]) -> Iterator[str]:
     when they are there. When the embedding model is not available, one line says so and the demo uses
     keyword search. Yields the lines to print.
     """
+    from puremind.cli import render_search_lines
     from puremind.services import run_index, run_search
 
     with tempfile.TemporaryDirectory(prefix="puremind-demo-") as tmp:
@@ -49,6 +50,6 @@ def run_demo(notice: Callable[[str], None]) -> Iterator[str]:
             outcome = run_search(settings, query, limit=3, lexical_only=lexical, notice=notice)
             yield ""
             yield f"$ puremind search {query!r} --limit 3" + (" --lexical-only" if lexical else "")
-            yield from outcome.render_text()
+            yield from render_search_lines(outcome)
         yield ""
         yield "next: `puremind init <your notes folder>`, then `puremind index` and `puremind search \"...\"`"

@@ -33,6 +33,10 @@ class StoreError(PuremindError):
     """The index file cannot be opened, written or upgraded."""
 
 
+class IndexDamaged(StoreError):
+    """The index file is an SQLite database whose pages are damaged (`puremind index --rebuild` repairs it)."""
+
+
 class IndexBusyError(StoreError):
     """Another `puremind index` or `watch` holds the index lock."""
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from puremind import chunker
-from puremind.errors import FingerprintMismatch, IndexBusyError, StoreError, VaultError
+from puremind.errors import IndexBusyError, StoreError, VaultError
+from puremind.index_plan import RunPlan, content_action, note_identity, plan_run, unreadable_warnings
 from puremind.store import ChunkRow, Store
 from puremind.vault import NoteFile, NoteReadError, read_note, walk_vault
 
@@ -34,9 +35,14 @@ BATCH_SECONDS = 2.0
 TEST_PASSAGE = "pureMind checks that the embedding model loads before it changes the index."
 
 META_VAULT = "vault"
-META_FINGERPRINT = "embed_fingerprint"
+META_PRECISION = "embed_precision"  # e.g. "int8" or "int8,fp16": how the vectors were computed (not compared)
 META_CHUNKER = "chunker"
 META_LAST_RUN = "last_index_run"
+
+#: Vectors of removed notes are kept this long (and at most this many, newest first) so that a note that comes
+#: back (a restored folder, an undone delete) is not embedded again; never searched, dropped by `--rebuild`.
+ORPHAN_VECTOR_DAYS = 30
+ORPHAN_VECTOR_ROWS = 20_000
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -54,9 +60,14 @@ class IndexReport:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     kept_unlisted: int = 0
     kept_unreadable: int = 0
+    #: notes missing from the vault that were not removed (the vault looked empty, or too many at once)
+    kept_missing: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: the warnings that describe a lasting state of the vault, by kind ("removals held", "no notes"): a watch
+    #: says each once while it lasts, not at every run
+    standing: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -77,18 +88,22 @@ class IndexReport:
             parts.append(f"{len(self.unreadable)} unreadable{kept}")
         if self.kept_unlisted:
             parts.append(f"{self.kept_unlisted} kept below folders that could not be listed")
+        if self.kept_missing:
+            parts.append(f"{self.kept_missing} missing kept")
         return f"indexed {self.vault}: " + ", ".join(parts) + f" in {self.seconds:.1f}s"
 
 
 def chunker_signature() -> str:
     """The chunker settings that shape stored chunks; a change re-cuts every note."""
-    return f"v{chunker.CHUNKER_VERSION};max=2048;min=100;overlap=0.2"
+    return f"v{chunker.CHUNKER_VERSION};max=2048;min=100;overlap=0.2;titles=1"
 
 
-def embed_text(chunk: chunker.Chunk) -> str:
-    """The text the embedder reads for a chunk: the breadcrumb gives a window cut from a long section its context."""
-    if chunk.heading_path:
-        return " > ".join(chunk.heading_path) + "\n\n" + chunk.text
+def embed_text(chunk: chunker.Chunk, title: str = "") -> str:
+    """The text the embedder reads for a chunk: the breadcrumb (title, then headings) gives a window cut from a
+    long section, or a note whose file name is its only title, its context."""
+    crumbs = chunker.breadcrumb(title, chunk.heading_path)
+    if crumbs:
+        return " > ".join(crumbs) + "\n\n" + chunk.text
     return chunk.text
 
 
@@ -105,7 +120,9 @@ class IndexLock:
 
     def __enter__(self) -> "IndexLock":
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            from puremind.store.files import make_parent
+
+            make_parent(self.path)  # every folder it makes 0700, whatever the umask
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StoreError(
@@ -136,14 +153,36 @@ def check_fingerprint(store: Store, embedder: "Embedder | None") -> None:
     Raises:
         FingerprintMismatch: the index holds vectors of another embedder; `puremind index --rebuild` is needed.
     """
-    if embedder is None:
+    if embedder is not None:
+        store.check_vectors(embedder.fingerprint, doing="`puremind index` refuses to mix them")
+
+
+def _record_precision(store: Store, embedder: "Embedder", fresh: bool) -> None:
+    """Note the embedder's precision ("int8", "fp16", "torch-fp32") in META_PRECISION: the precisions that have
+    written this index's vectors since they were last cleared. Recorded, never compared."""
+    precision = getattr(embedder, "precision", None)
+    if not isinstance(precision, str) or not precision:
         return
-    stored = store.get_meta(META_FINGERPRINT)
-    if stored is not None and stored != embedder.fingerprint and store.counts().get("vectors", 0) > 0:
-        raise FingerprintMismatch(
-            "the embedding model or its settings changed since this index was built",
-            hint=f"run `puremind index --rebuild` to embed every note with the new model (index built with: {stored})",
-        )
+    known = [] if fresh else [p for p in (store.get_meta(META_PRECISION) or "").split(",") if p]
+    if precision not in known:
+        store.set_meta(META_PRECISION, ",".join([*known, precision]))
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """The knobs of one run.
+
+    `rebuild`: re-chunk and re-embed every note (and switch the index to this vault or model). `allow_removals`:
+    remove missing notes even when the vault looks empty or many go at once. `compact=False`: leave compacting
+    the keyword index to the caller (`puremind watch` compacts on its own schedule). A batch is committed after
+    `batch_files` changed notes or `batch_seconds`, whichever comes first.
+    """
+
+    rebuild: bool = False
+    allow_removals: bool = False
+    compact: bool = True
+    batch_files: int = BATCH_FILES
+    batch_seconds: float = BATCH_SECONDS
 
 
 def index_vault(
@@ -151,56 +190,95 @@ def index_vault(
     vault: Path,
     *,
     embedder: "Embedder | None" = None,
-    rebuild: bool = False,
     progress: ProgressFn | None = None,
-    batch_files: int = BATCH_FILES,
-    batch_seconds: float = BATCH_SECONDS,
-    compact: bool = True,
+    options: IndexOptions | None = None,
+    **knobs: object,
 ) -> IndexReport:
     """Bring the index up to date with the vault. The caller holds the IndexLock.
 
-    With `compact=False` the keyword index is not compacted at the end (`puremind watch` compacts on its own
-    schedule); text deleted by the run then stays until a later `Store.compact()`, which `compact_pending()` marks.
+    `options` (or its fields as keywords: `rebuild=True`, `compact=False`, ...) set the run's knobs. The run
+    checks the vault and the model, plans from the walk and the stored state (`index_plan.plan_run`: which
+    notes to read, which to remove, and the warnings) and applies the plan. With `compact=False`, text deleted
+    by the run stays in the keyword index until a later `Store.compact()`, which `compact_pending()` marks.
+    The vectors of removed notes are kept aside (by chunk text hash, for ORPHAN_VECTOR_DAYS) for a note that
+    comes back.
 
     Raises:
         VaultError: the vault is missing or cannot be listed at all, or the index belongs to another vault.
         FingerprintMismatch: the embedder changed and `rebuild` was not asked for.
         StoreError: the index cannot be written.
     """
+    if options is not None and knobs:
+        raise TypeError("give index_vault either options= or its fields as keywords, not both")
+    opts = options if options is not None else IndexOptions(**knobs)  # type: ignore[arg-type]
     started = time.monotonic()
     root = _resolve_vault(vault)
-    report = IndexReport(vault=root)
-    _check_vault_identity(store, root, rebuild)
-
-    model_changed = False
-    if embedder is not None:
-        stored_fp = store.get_meta(META_FINGERPRINT)
-        if stored_fp is not None and stored_fp != embedder.fingerprint and store.counts().get("vectors", 0) > 0:
-            if not rebuild:
-                check_fingerprint(store, embedder)
-            # A mistyped or broken model must fail here, before anything in the index changes.
-            embedder.embed([TEST_PASSAGE])
-            model_changed = True
+    _check_vault_identity(store, root, opts.rebuild)
+    model_changed = _check_model(store, embedder, opts.rebuild)
 
     walk = walk_vault(root)
-    report.skipped.update(walk.skipped)
     states = store.file_states()
-    recut = rebuild or store.get_meta(META_CHUNKER) not in (None, chunker_signature())
-    needs_vectors = embedder is not None and (model_changed or store.counts().get("vectors", 0) < store.counts().get("chunks", 0))
-    missing_vector_paths = store.paths_missing_vectors() if needs_vectors and not model_changed else set()
+    recut = opts.rebuild or store.get_meta(META_CHUNKER) not in (None, chunker_signature())
+    counts = store.counts()
+    needs_vectors = embedder is not None and (model_changed or counts.get("vectors", 0) < counts.get("chunks", 0))
+    plan = plan_run(root, walk, states, recut=recut, model_changed=model_changed,
+                    missing_vectors=store.paths_missing_vectors() if needs_vectors and not model_changed else (),
+                    rebuild=opts.rebuild, allow_removals=opts.allow_removals)
 
+    report = IndexReport(vault=root, kept_unlisted=plan.kept_unlisted, kept_missing=plan.kept_missing,
+                         standing=dict(plan.standing))
+    report.skipped.update(walk.skipped)
+    _start_run(store, embedder, model_changed=model_changed, rebuild=opts.rebuild)
+    _read_and_store(store, plan, embedder, report, opts, progress)
+    report.warnings.extend(report.standing.values())
+    report.warnings.extend(plan.walk_warnings)
+    report.warnings.extend(unreadable_warnings(report.unreadable, states))
+    _finish_run(store, plan, opts.rebuild)
+    report.removed = len(plan.remove)
+    # The keyword index keeps old words in its segments until merged: compact so deleted text is gone.
+    if opts.compact:
+        store.compact()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _check_model(store: Store, embedder: "Embedder | None", rebuild: bool) -> bool:
+    """Whether the run writes vectors of another model than the stored ones. A mistyped or broken model fails
+    here, before anything in the index changes.
+
+    Raises:
+        FingerprintMismatch: the model changed and `rebuild` was not asked for.
+    """
+    if embedder is None or store.vectors_match(embedder.fingerprint):
+        return False
+    if not rebuild:
+        check_fingerprint(store, embedder)
+    embedder.embed([TEST_PASSAGE])
+    return True
+
+
+def _start_run(store: Store, embedder: "Embedder | None", *, model_changed: bool, rebuild: bool) -> None:
+    stored_fp = store.embed_fingerprint()
     with store.batch():
         if rebuild:
             store.rebuild_keyword_index()  # also repairs a damaged keyword index
+            store.prune_orphan_vectors(max_rows=0)  # a rebuild starts over: no vectors of deleted notes kept
         if embedder is not None:
             if model_changed:
                 store.clear_vectors()
-            store.set_meta(META_FINGERPRINT, embedder.fingerprint)
+            fresh = model_changed or rebuild or stored_fp is None
+            store.set_embed_fingerprint(embedder.fingerprint)
+            _record_precision(store, embedder, fresh)
 
+
+def _read_and_store(store: Store, plan: RunPlan, embedder: "Embedder | None", report: IndexReport,
+                    opts: IndexOptions, progress: ProgressFn | None) -> None:
+    """Read the notes the plan names, chunk and embed the changed ones, and commit in batches (a killed run keeps
+    what it committed)."""
     reuse: dict[str, "np.ndarray"] = {}
     pending: list[Callable[[], None]] = []
     last_commit = time.monotonic()
-    total = len(walk.notes)
+    total = len(plan.steps)
 
     def flush() -> None:
         nonlocal last_commit
@@ -211,89 +289,64 @@ def index_vault(
             pending.clear()
         last_commit = time.monotonic()
 
-    for done, note in enumerate(walk.notes, 1):
+    for done, step in enumerate(plan.steps, 1):
+        note, state = step.note, step.state
         if progress is not None:
             progress(done, total, note.rel)
-        state = states.get(note.rel)
-        identity = note_identity(note)
-        force = recut or model_changed or note.rel in missing_vector_paths
-        if (
-            state is not None
-            and not force
-            and (state.size, state.mtime_ns, state.identity) == (note.size, note.mtime_ns, identity)
-        ):
+        if step.step == "unchanged":
             report.unchanged += 1
             continue
         try:
-            data = read_note(root, note)
+            data = read_note(plan.root, note)
         except NoteReadError as exc:
             report.unreadable.append((note.rel, getattr(exc, "reason", None) or str(exc)))
             if state is not None:
                 report.kept_unreadable += 1
             continue
         digest = hashlib.sha256(data).hexdigest()
-        if state is not None and not force and state.sha256 == digest:
+        identity = note_identity(note)
+        if content_action(step, digest) == "touch":
             pending.append(lambda n=note, i=identity: store.touch_file(n.rel, n.size, n.mtime_ns, identity=i))
             report.unchanged += 1
         else:
             # --rebuild embeds every note again; otherwise identical text anywhere in the index is reused.
-            rows = _chunk_rows(data, embedder, store, reuse, report, allow_reuse=not rebuild)
+            text = data.decode("utf-8", errors="replace")
+            named = chunker.note_title(text, note.rel)
+            rows = _chunk_rows(text, named.title, embedder, store, reuse, report, allow_reuse=not opts.rebuild)
             pending.append(
-                lambda n=note, d=digest, r=rows, i=identity: store.put_file(n.rel, d, n.size, n.mtime_ns, r, identity=i)
+                lambda n=note, d=digest, r=rows, i=identity, t=named: store.put_file(
+                    n.rel, d, n.size, n.mtime_ns, r, identity=i, title=t.title, aliases=t.aliases)
             )
             if state is None:
                 report.added += 1
             else:
                 report.changed += 1
-        if len(pending) >= batch_files or time.monotonic() - last_commit >= batch_seconds:
+        if len(pending) >= opts.batch_files or time.monotonic() - last_commit >= opts.batch_seconds:
             flush()
     flush()
 
-    present = {n.rel for n in walk.notes}
-    # Notes whose state the walk could not determine (a permission problem on a symlink's target): kept.
-    present.update(walk.uncertain)
-    gone = [p for p in states if p not in present]
-    kept = [p for p in gone if _below_any(p, walk.unlisted)]
-    report.kept_unlisted = len(kept)
-    gone = [p for p in gone if not _below_any(p, walk.unlisted)]
-    looks_empty = bool(gone) and not walk.notes and bool(states)
-    if looks_empty:
-        report.warnings.append(
-            f"the vault {root} looks empty while the index holds {_n(len(states), 'note')}: nothing was removed "
-            "(was a drive unmounted or a sync folder emptied? to start over, delete the index file)"
-        )
-        gone = []
-    if walk.unlisted:
-        shown = ", ".join(p or "." for p in walk.unlisted[:3]) + (" ..." if len(walk.unlisted) > 3 else "")
-        report.warnings.append(f"{_n(len(walk.unlisted), 'folder')} could not be listed ({shown}): the notes below were kept")
-    if walk.uncertain:
-        shown = ", ".join(walk.uncertain[:3]) + (" ..." if len(walk.uncertain) > 3 else "")
-        report.warnings.append(
-            f"{_n(len(walk.uncertain), 'symlinked note')} could not be checked ({shown}): previous entries kept"
-        )
-    for rel, reason in report.unreadable[:3]:
-        kept = " (previous entry kept)" if rel in states else ""
-        report.warnings.append(f"cannot read {rel}: {reason}{kept}")
-    if len(report.unreadable) > 3:
-        report.warnings.append(f"... and {_n(len(report.unreadable) - 3, 'more unreadable note')}")
+
+def _finish_run(store: Store, plan: RunPlan, rebuild: bool) -> None:
+    """Remove the notes that are gone (last, so that a rename reused their vectors), prune old kept vectors and
+    label the index."""
+    # Vectors are not text: those of removed notes are kept aside for reuse (by the fingerprint they were made with).
+    keep_for = None if rebuild else store.embed_fingerprint()
     with store.batch():
-        for path in gone:
-            store.remove_file(path)
+        for path in plan.remove:
+            store.remove_file(path, keep_vectors_for=keep_for)
+        store.prune_orphan_vectors(fingerprint=store.embed_fingerprint(),
+                                   removed_before=time.time() - ORPHAN_VECTOR_DAYS * 86400,
+                                   max_rows=0 if rebuild else ORPHAN_VECTOR_ROWS)
         store.set_meta(META_CHUNKER, chunker_signature())
-        if not looks_empty:
+        if not plan.looks_empty:
             # Set last: an index is only relabelled to a vault once that vault's notes are in it.
-            store.set_meta(META_VAULT, str(root))
+            store.set_meta(META_VAULT, str(plan.root))
         store.set_meta(META_LAST_RUN, f"{time.time():.3f}")
-    report.removed = len(gone)
-    # The keyword index keeps old words in its segments until merged: compact so deleted text is gone.
-    if compact:
-        store.compact()
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def _chunk_rows(
-    data: bytes,
+    text: str,
+    title: str,
     embedder: "Embedder | None",
     store: Store,
     reuse: dict[str, "np.ndarray"],
@@ -302,9 +355,8 @@ def _chunk_rows(
     allow_reuse: bool,
 ) -> list[ChunkRow]:
     """Chunk one note and give each chunk a vector: reused when identical text was embedded before."""
-    text = data.decode("utf-8", errors="replace")
     chunks = chunker.chunk_markdown(text)
-    texts = [embed_text(c) for c in chunks]
+    texts = [embed_text(c, title) for c in chunks]
     hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
     vectors: list["np.ndarray | None"] = [None] * len(chunks)
     if embedder is not None:
@@ -312,7 +364,7 @@ def _chunk_rows(
         for i, h in enumerate(hashes):
             vec = reuse.get(h)
             if vec is None and allow_reuse:
-                vec = store.vector_for(h)
+                vec = store.vector_for(h, fingerprint=embedder.fingerprint)
             if vec is None:
                 todo.append(i)
             else:
@@ -367,22 +419,6 @@ def _check_vault_identity(store: Store, root: Path, rebuild: bool) -> None:
     )
 
 
-def note_identity(note: NoteFile) -> str:
-    """Device, inode and ctime of the file a note is read from: any swap or rewrite changes one of them."""
-    return f"{note.dev}:{note.ino}:{note.ctime_ns}"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def _below_any(path: str, folders: list[str]) -> bool:
-    for folder in folders:
-        if folder == "" or path.startswith(folder.rstrip("/") + "/"):
-            return True
-    return False
-
-
 def iter_progress_lines(report: IndexReport) -> Iterator[str]:
     """The warning lines of a report, then its summary."""
     yield from (f"warning: {w}" for w in report.warnings)
@@ -391,6 +427,7 @@ def iter_progress_lines(report: IndexReport) -> Iterator[str]:
 
 __all__ = [
     "IndexLock",
+    "IndexOptions",
     "IndexReport",
     "NoteFile",
     "StoreError",

@@ -110,13 +110,16 @@ def folders(root: str, wanted: Callable[[str], bool]) -> dict[str, Identity]:
 
 def unwatched_folders(root: str, wanted: Callable[[str], bool]) -> list[str] | None:
     """The folders below `root` that `wanted` keeps and that no inotify watch of this process covers, sorted;
-    None when that cannot be told (not Linux, or `root` itself is not watched: no inotify observer on it)."""
+    `[root]` alone when `root` itself is not watched (then nothing below it is either); None when that cannot be
+    told (not Linux, no /proc)."""
     watched = watched_inodes()
     if watched is None:
         return None
     present = folders(root, wanted)
-    if root not in present or present[root] not in watched:
-        return None
+    if root not in present:
+        return []  # gone: nothing to watch
+    if present[root] not in watched:
+        return [root]
     return sorted(path for path, ident in present.items() if ident not in watched)
 
 

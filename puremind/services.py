@@ -1,63 +1,310 @@
-"""The operations behind each command, shared by the CLI, the demo and (later) the server and watcher.
+"""The application layer: the operations both front ends call (index, search, get a note, recent notes, watch,
+export the models), shared by the CLI, the MCP server and the demo.
 
-Each opens what it needs (store, lock, models), does one job and returns data for the caller to render.
+Each takes the Settings, builds what it needs (store, lock, the models object) and returns data for the caller to
+render (the result schema of puremind.results). Only the front ends and this layer see `Settings`: the layers below
+take small parameter objects (ModelChoice, RetrievalParams) and a models object. Deciding to export a model that
+is missing belongs here, above both the model layer and the export step.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from puremind.config import Settings
-from puremind.retrieval.pipeline import SearchOutcome, Searcher
+from puremind.errors import IndexBusyError, IndexDamaged, StoreError, VaultError
+from puremind.messages import quiet, to_stderr
+from puremind.models.lazy import Models
+from puremind.models.loader import EXPORT_HINT, ModelChoice, Resolved
+from puremind.results import NoteResult, RecentNote, RecentResult, SearchResult, iso_utc, search_result
+from puremind.retrieval.pipeline import RetrievalParams, Searcher
 from puremind.store import Store
 
 Notice = Callable[[str], None]
 
 
-def _quiet(_: str) -> None:
-    pass
+# -- the models object -----------------------------------------------------------------------------------------
 
 
-def load_embedder_for_index(settings: Settings, notice: Notice):
-    """The configured embedder, or None when the user turned semantic search off (`embedder = "none"`).
+def model_choice(settings: Settings, role: str) -> ModelChoice:
+    """The settings of the configured embedder or reranker, as the model layer takes them."""
+    if role == "embedder":
+        return ModelChoice("embedder", settings.embedder, settings.home, settings.embedder_revision,
+                           backend=settings.backend, device=settings.device, variant=settings.variant,
+                           pooling=settings.pooling, query_prefix=settings.query_prefix,
+                           max_tokens=settings.embed_max_seq)
+    return ModelChoice("reranker", settings.reranker, settings.home, settings.reranker_revision,
+                       backend=settings.backend, device=settings.device, variant=settings.variant,
+                       max_chars=settings.rerank_chars)
+
+
+def retrieval_params(settings: Settings, *, rerank: bool | None = None) -> RetrievalParams:
+    """The settings of a search, as the retrieval layer takes them; `rerank` overrides the configured one."""
+    return RetrievalParams(candidates=settings.candidates, rrf_k=settings.rrf_k,
+                           rerank=settings.rerank if rerank is None else rerank, rerank_chars=settings.rerank_chars)
+
+
+def build_models(settings: Settings, *, progress: Notice | None = None) -> Models:
+    """The models object of one command (or one server session): nothing is loaded until it is used.
+
+    `embedder = "none"` is keyword search with no model: then no embedder and no reranker are configured. An
+    ONNX variant that is not exported yet is exported on first use when the [export] extra is installed.
+    """
+    if not settings.semantic:
+        return Models(None, None, progress=progress)
+    return Models(model_choice(settings, "embedder"), model_choice(settings, "reranker"),
+                  obtain=export_if_missing, progress=progress)
+
+
+def export_if_missing(choice: ModelChoice, resolved: Resolved, variant: str, progress: Notice | None) -> Path:
+    """Export one ONNX variant that a model needs and is missing (the loader's `obtain`).
 
     Raises:
-        ModelsUnavailable: the model is not exported and the [export] extra is missing (the hint says what to run).
-        ModelError: the model cannot be found, fetched, exported or verified.
+        ModelsUnavailable: the [export] extra is not installed (the message says what to run).
+        ModelError: fetching, exporting or verifying failed.
     """
-    from puremind.models import SemanticOff
-    from puremind.models.loader import load_embedder
+    from puremind.models import ModelsUnavailable
+    from puremind.models.loader import source_of
 
     try:
-        return load_embedder(settings, progress=notice)
-    except SemanticOff:
+        from puremind.export import export_available, export_model
+    except ImportError:  # pragma: no cover - the export package ships with puremind
+        export_available = None
+    if export_available is None or not export_available():
+        raise ModelsUnavailable(
+            f"{resolved.spec.hub_id} is not exported for ONNX Runtime yet ({variant})",
+            hint=EXPORT_HINT,  # the loader adds the other ways forward
+        )
+    source = source_of(resolved, progress=progress)
+    if progress is not None:
+        progress(f"exporting {resolved.spec.hub_id} ({variant}) once; later runs load the export")
+    paths = export_model(resolved.spec, source, choice.home, [variant], progress=progress or to_stderr)
+    return paths[variant]
+
+
+def export_models(
+    settings: Settings,
+    *,
+    variants: Sequence[str] | None = None,
+    coreml: bool | None = None,
+    roles: Sequence[str] = ("embedder", "reranker"),
+    force: bool = False,
+    progress: Notice = to_stderr,
+) -> list[tuple[str, str, Path]]:
+    """`puremind export-models`: fetch and export the configured models. Returns (model, variant, folder) rows.
+
+    Raises:
+        ModelError: the [export] extra is missing, or a model cannot be fetched or exported.
+    """
+    import platform
+
+    from puremind.errors import ModelError
+    from puremind.export import export_available, export_model
+    from puremind.models.loader import resolve, source_of
+
+    if not export_available():
+        raise ModelError("the export step needs the [export] extra (torch, Optimum)", hint=EXPORT_HINT.split(", then")[0])
+    if coreml is None:
+        coreml = platform.system() == "Darwin" and platform.machine() == "arm64"
+    done: list[tuple[str, str, Path]] = []
+    for role in roles:
+        if role == "embedder" and not settings.semantic:
+            continue
+        resolved = resolve(model_choice(settings, role), progress=progress)
+        source = source_of(resolved, progress=progress)
+        wanted = list(variants) if variants else [v for v in resolved.spec.variants if v != "coreml"]
+        unknown = [v for v in wanted if v not in resolved.spec.variants]
+        if unknown:
+            raise ModelError(
+                f"unknown variant {', '.join(unknown)} for {resolved.spec.hub_id}",
+                hint="defined: " + ", ".join(sorted(resolved.spec.variants)),
+            )
+        paths = export_model(resolved.spec, source, settings.home, wanted, progress=progress, force=force)
+        done += [(resolved.spec.hub_id, v, p) for v, p in paths.items()]
+        if coreml and "coreml" in resolved.spec.variants:
+            from puremind.export import export_coreml
+
+            done.append((resolved.spec.hub_id, "coreml", export_coreml(resolved.spec, source, settings.home, progress=progress)))
+    return done
+
+
+# -- indexing --------------------------------------------------------------------------------------------------
+
+
+def _index_vectors(db: Path) -> str | None:
+    """The embedding fingerprint of the vectors in the index at `db`; None when it holds none (or is damaged)."""
+    if not Path(db).is_file():
+        return None
+    try:
+        store = Store.open(db, create=False)
+        try:
+            return store.vectors_fingerprint()
+        finally:
+            store.close()
+    except IndexDamaged:
+        return None  # nothing in it can be trusted; the run itself says so (or, with --rebuild, repairs it)
+    except IndexBusyError:
+        # Another `puremind index` is creating or upgrading it right now: this is only the early check; the run
+        # checks again under the index lock (a watch waits for that lock).
         return None
 
 
-def run_index(settings: Settings, *, rebuild: bool = False, progress=None, notice: Notice = _quiet):
-    """Index the configured vault into the configured index file.
+def embedder_for_index(settings: Settings, models: Models, notice: Notice, *, rebuild: bool = False):
+    """The embedder an index run writes with, or None when the user turned semantic search off.
+
+    Unless `rebuild`, the configured model is compared with the index's vectors first, before anything is
+    fetched or exported. `embedder = "none"` on an index with vectors keeps them (notes changed meanwhile get
+    theirs when indexed with the model again) and says so; with `rebuild` it is refused, since it would drop them.
 
     Raises:
-        ConfigError, VaultError, StoreError, IndexBusyError, FingerprintMismatch, ModelError.
+        FingerprintMismatch: the index holds vectors of another embedder (both named), or `rebuild` with
+            `embedder = "none"` would drop its vectors.
+        ModelsUnavailable: the model cannot be had here (the hint names the ways forward).
+        ModelError: the model cannot be found, fetched, exported or verified.
     """
-    from puremind.indexer import IndexLock, index_vault
+    from puremind.errors import FingerprintMismatch
+    from puremind.fingerprint import model_label
+
+    stored = _index_vectors(settings.db)
+    if not models.semantic:
+        if stored is not None:
+            was = model_label(stored)
+            if rebuild:
+                raise FingerprintMismatch(
+                    f'--rebuild with embedder = "none" would drop the vectors of {was} this index holds',
+                    hint=f"set [models] embedder back to {was.rsplit('@', 1)[0]} to rebuild with it, or delete "
+                         f"{settings.db} to start over with keyword search only",
+                )
+            notice(f'warning: embedder = "none": indexing keywords only; the vectors of {was} stay in the index, '
+                   "and notes changed now get theirs when you index with that model again")
+        return None
+    if not rebuild:
+        models.check_index(stored, doing="`puremind index` refuses to mix them")
+    return models.embedder()
+
+
+def run_index(
+    settings: Settings,
+    *,
+    rebuild: bool = False,
+    allow_removals: bool = False,
+    progress=None,
+    notice: Notice = quiet,
+    models: Models | None = None,
+):
+    """Index the configured vault into the configured index file.
+
+    A run first checks the index's pages (quick_check): a damaged index is never taken for "unchanged". With
+    `rebuild`, a damaged index is repaired: a new index is built beside it from the notes and swapped in (the
+    damaged file is kept as <index>.damaged); an undamaged one is rebuilt in place, as before.
+
+    `models`: the models object to index with (default: built from the settings).
+
+    Raises:
+        ConfigError, VaultError, StoreError (IndexDamaged: the index is damaged and `rebuild` was not asked for),
+        IndexBusyError, FingerprintMismatch, ModelError.
+    """
+    from puremind.indexer import IndexLock, IndexOptions, index_vault
+    from puremind.store import files
 
     vault = settings.require_vault()
-    embedder = load_embedder_for_index(settings, notice)
+    if models is None:
+        models = build_models(settings, progress=notice)
+    # Reads the index's fingerprint (a short read-only open) before the model is loaded or exported, which can
+    # take minutes, and before the lock is taken: the run below checks it again under the lock.
+    embedder = embedder_for_index(settings, models, notice, rebuild=rebuild)
     with IndexLock(settings.db):
-        store = Store.open(settings.db)
+        new_file = not settings.db.exists()
         try:
-            return index_vault(store, vault, embedder=embedder, rebuild=rebuild, progress=progress)
+            store = Store.open(settings.db)
+            try:
+                store.check_integrity()
+            except BaseException:
+                store.close()
+                raise
+        except IndexDamaged:
+            if not rebuild:
+                raise
+            return _repair(settings, vault, embedder, allow_removals, progress, notice)
+        try:
+            if new_file and (warning := files.open_folder_warning(settings.db)) and settings.db.parent != settings.home:
+                notice(f"warning: {warning}")
+            return index_vault(store, vault, embedder=embedder, progress=progress,
+                               options=IndexOptions(rebuild=rebuild, allow_removals=allow_removals))
         finally:
             store.close()
 
 
-def run_search(
-    settings: Settings, query: str, *, limit: int = 10, lexical_only: bool = False, notice: Notice = _quiet
-) -> SearchOutcome:
-    """One search from the terminal: hybrid (BM25 + CJK grams + dense, RRF, then the reranker unless
-    `settings.rerank` is off), or BM25 alone with `lexical_only`. Notes about skipped models go to `notice`.
+def _repair(settings: Settings, vault: Path, embedder, allow_removals: bool, progress, notice: Notice):
+    """`--rebuild` of a damaged index (the caller holds the index lock): index the vault into a new file beside
+    it, then swap that in and keep the damaged one as <index>.damaged. A run killed on the way leaves the damaged
+    index where it was (the half-built file is removed by the next try).
+
+    Raises:
+        VaultError: the vault holds no notes (the damaged index is left in place rather than replaced by an empty
+            one), unless `allow_removals`.
+    """
+    from puremind.indexer import IndexOptions, index_vault
+    from puremind.store import files
+
+    db = settings.db
+    fresh = db.with_name(db.name + ".rebuild")
+    for leftover in (fresh, *files.side_files(fresh)):
+        leftover.unlink(missing_ok=True)
+    notice(f"the index {db} is damaged: building a new one from the notes beside it")
+    store = Store.open(fresh)
+    try:
+        report = index_vault(store, vault, embedder=embedder, progress=progress,
+                             options=IndexOptions(rebuild=True, allow_removals=True))
+        notes = store.counts().get("files", 0)
+    finally:
+        store.close()
+    if notes == 0 and not allow_removals:
+        for leftover in (fresh, *files.side_files(fresh)):
+            leftover.unlink(missing_ok=True)
+        raise VaultError(
+            f"the vault {report.vault} has no notes now: the damaged index {db} was left as it was",
+            hint="check the vault folder; run `puremind index --rebuild --allow-removals` to replace it with an "
+            "empty index",
+        )
+    damaged = db.with_name(db.name + ".damaged")
+    files.swap_in(fresh, db, keep_old_as=damaged)
+    notice(f"repaired: the new index is in place; the damaged one is kept as {damaged} (delete it when done)")
+    return report
+
+
+# -- searching and reading -------------------------------------------------------------------------------------
+
+
+def make_searcher(settings: Settings, *, rerank: bool | None = None, models: Models | None = None,
+                  notice: Notice = quiet) -> Searcher:
+    """A Searcher over the configured index, with the models object (default: built from the settings)."""
+    if models is None:
+        models = build_models(settings, progress=notice)
+    return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank), notice=notice)
+
+
+def require_index(settings: Settings) -> None:
+    """Refuse early, with the next step to take, when there is no index file (or not even a vault).
+
+    Raises:
+        StoreError: there is no index file.
+    """
+    db = settings.db
+    if db.exists():
+        return
+    if settings.vault is None:
+        raise StoreError(
+            f"no index at {db}: no vault is configured yet",
+            hint="run `puremind init <vault_dir>`, then `puremind index`",
+        )
+    raise StoreError(f"no index at {db}", hint="run `puremind index`")
+
+
+def search(settings: Settings, searcher, query: str, limit: int = 10, *, lexical_only: bool = False) -> SearchResult:
+    """One search with a long-lived Searcher (the server's), as the result schema.
 
     Raises:
         QueryError: nothing searchable in the query.
@@ -65,11 +312,108 @@ def run_search(
         FingerprintMismatch: the embedding model changed; `puremind index --rebuild` is needed.
         ModelError: a configured model cannot be loaded.
     """
-    searcher = Searcher(settings, notice=notice)
+    require_index(settings)
+    return search_result(searcher.search(query, limit, lexical_only=lexical_only))
+
+
+def run_search(
+    settings: Settings,
+    query: str,
+    *,
+    limit: int = 10,
+    lexical_only: bool = False,
+    rerank: bool | None = None,
+    models: Models | None = None,
+    notice: Notice = quiet,
+) -> SearchResult:
+    """One search from the terminal: hybrid (BM25 + CJK grams + dense, RRF, then the reranker unless reranking
+    is off), or BM25 alone with `lexical_only`. Notes about skipped models go to `notice` too.
+
+    Raises:
+        QueryError: nothing searchable in the query.
+        StoreError: there is no index yet, or it cannot be read.
+        FingerprintMismatch: the embedding model changed; `puremind index --rebuild` is needed.
+        ModelError: a configured model cannot be loaded.
+    """
+    searcher = make_searcher(settings, rerank=rerank, models=models, notice=notice)
     try:
         outcome = searcher.search(query, limit, lexical_only=lexical_only)
     finally:
         searcher.close()
     for note in outcome.notes:
         notice(f"note: {note}")
-    return outcome
+    return search_result(outcome)
+
+
+def get_note(settings: Settings, path: str, *, max_chars: int = 200_000) -> NoteResult:
+    """One whole note by its vault-relative path, read with the indexer's rules (see vault.read_note_at); the
+    text is cut after `max_chars` characters.
+
+    Raises:
+        ConfigError: no vault is configured.
+        VaultError: the path is not a note pureMind serves, or it cannot be read now.
+    """
+    from puremind.vault import read_note_at
+
+    rel, data = read_note_at(settings.require_vault(), path)
+    text = data.decode("utf-8", errors="replace")
+    return NoteResult(path=rel, text=text[:max_chars], total_chars=len(text), truncated=len(text) > max_chars)
+
+
+def recent_notes(settings: Settings, days: int, limit: int) -> RecentResult:
+    """Notes by modification time, newest first, from the index's file table.
+
+    Raises:
+        StoreError: there is no index yet, or it cannot be read.
+    """
+    require_index(settings)
+    since = time.time() - days * 86_400
+    store = Store.open(settings.db, create=False)
+    try:
+        rows = store.recent_files(since, limit)
+    finally:
+        store.close()
+    return RecentResult(days=days, notes=[RecentNote(path=r.path, modified=iso_utc(r.mtime_ns), size=r.size) for r in rows])
+
+
+# -- watching --------------------------------------------------------------------------------------------------
+
+
+def run_watch(
+    settings: Settings,
+    *,
+    debounce: float = 2.0,
+    say: Notice,
+    notice: Notice,
+    progress: Callable[[int, int, str], None] | None = None,
+    models: Models | None = None,
+) -> None:
+    """`puremind watch`: load the embedder once, then watch until Ctrl-C (KeyboardInterrupt, after compacting)
+    or SIGTERM (a run in progress stops at its next note; returns after compacting).
+
+    Raises:
+        ConfigError, VaultError, StoreError, FingerprintMismatch, ModelError, WatchError: see Watcher.run.
+    """
+    import logging
+    import signal
+    import threading
+
+    from puremind.watcher import Timing, Watcher
+
+    vault = settings.require_vault()
+    # watchdog logs its own races and lost events through logging's last-resort handler (stderr); what matters
+    # of them reaches the user through the watcher (a lost event starts a run), so keep its lines out.
+    logging.getLogger("watchdog").addHandler(logging.NullHandler())
+    if models is None:
+        models = build_models(settings, progress=notice)
+    embedder = embedder_for_index(settings, models, notice)
+    watcher = Watcher(vault, settings.db, embedder=embedder, timing=Timing.for_debounce(debounce), say=say,
+                      notice=notice, progress=progress)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop())
+    try:
+        watcher.run()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

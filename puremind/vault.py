@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,79 @@ def is_note_path(root: Path, rel: str) -> bool:
     finally:
         os.close(root_fd)
     return stat.S_ISREG(st.st_mode) and st.st_size <= MAX_NOTE_BYTES
+
+
+MAX_SPELLINGS = 16  # bounds the search over folders whose names differ only in Unicode normalisation
+
+
+def read_note_at(root: Path, rel: str) -> tuple[str, bytes]:
+    """Read one note by its vault-relative path, with the indexer's rules: `is_note_path`, then `read_note`
+    (which checks, on the descriptor it opened, that no folder or link on the way was swapped since). A path
+    in another Unicode normalisation than the file name (NFC vs NFD, as macOS clients send) is accepted when
+    exactly one note matches. Returns (the path as it is on disk, the bytes).
+
+    Raises:
+        VaultError: the vault folder is missing; or the path is not a note pureMind serves (one message whether
+            it is missing, refused or outside the vault: the answer must not tell which files exist where an
+            agent may not look); or the note cannot be read now.
+    """
+    if not root.is_dir():
+        raise VaultError(f"vault folder not found: {root}", hint="check the vault setting, or run `puremind init <vault_dir>`")
+    refused = VaultError(
+        f"no note {shown_text(rel)} in the vault",
+        hint="pass a vault-relative path of a .md or .markdown note exactly as puremind_search or "
+        "puremind_recent returned it; hidden files, node_modules, __pycache__ and links out of the vault "
+        "are not served",
+    )
+    if not is_note_path(root, rel):
+        # macOS clients send decomposed (NFD) names, Linux files are mostly composed (NFC), and the reverse.
+        other = _other_normalisation(root, rel)
+        if other is None:
+            raise refused
+        rel = other
+    try:
+        # Follows an allowed in-vault symlink to the file read_note will open.
+        st = os.stat(os.path.join(os.path.realpath(root), rel))
+    except (OSError, ValueError):
+        raise refused from None
+    note = NoteFile(rel, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
+    try:
+        return rel, read_note(root, note)
+    except NoteReadError as exc:
+        if not is_note_path(root, rel):
+            raise refused from None
+        raise VaultError(exc.message, hint="try again; the note may be changing right now") from None
+
+
+def shown_text(text: str, limit: int = 200) -> str:
+    """A user-supplied string for a message: quoted, control characters escaped, bounded."""
+    shown = repr(text[:limit])
+    return shown + "..." if len(text) > limit else shown
+
+
+def _other_normalisation(root: Path, rel: str) -> str | None:
+    """The one note path in the vault that is `rel` written in another Unicode normalisation (compared as NFC,
+    part by part), or None when no note or more than one matches. Only folders inside the vault are listed:
+    the path must first pass the note path rules (no '..', no hidden part, a note suffix)."""
+    wanted = unicodedata.normalize("NFC", rel)
+    if rel.isascii() or not note_rel_is_valid(wanted):
+        return None
+    parts = wanted.split("/")
+    real = os.path.realpath(root)
+    paths: list[list[str]] = [[]]  # the on-disk spellings of the parts matched so far
+    for part in parts:
+        longer = []
+        for done in paths:
+            try:
+                names = os.listdir(os.path.join(real, *done))
+            except (OSError, ValueError):
+                continue
+            longer += [[*done, name] for name in names if unicodedata.normalize("NFC", name) == part]
+        if not longer or len(longer) > MAX_SPELLINGS:
+            return None
+        paths = longer
+    found = ["/".join(path) for path in paths if is_note_path(root, "/".join(path))]
+    return found[0] if len(found) == 1 else None
 
 
 class _Walker:

@@ -6,29 +6,27 @@ indexer's transactional batches make it safe. watchdog's threads only record tha
 
 - A change is an event for a visible note path (the walk's own path rules) or a visible folder. Reads (open,
   close without writing), hidden files and folders, skipped folders and other file types are ignored.
-- A run starts once the vault has been quiet for `debounce` seconds, and at the latest `max_delay` seconds after
-  the first change it covers, so a note that some tool rewrites every second still gets indexed. Changes made
-  during a run start one more run after it (the pending flag is cleared when a run starts, not when it ends).
+- When to run and to compact (debounce, maximal delay, rescans, retries, compaction) is decided by
+  `watch_schedule.Schedule` from the events and the clock, without threads; this module is the plumbing around
+  it: watchdog's observer (`VaultObserver`), the index runs, the checks of the vault folder.
 - The folder is watched at its real path. Every `poll` seconds the watcher checks that the path still leads to
   the folder it watches (a sync tool or a remount can swap the folder, a symlink can be repointed) and that
   watchdog's threads are alive; if not it watches the folder now there and runs. A vault that is gone is
   waited for. A run that fails is reported on one line and tried again after `retry` seconds (watching anew
   first), so a folder that could not be read for a while is picked up once it can.
-- Without any change for `rescan` seconds (10 minutes) it runs anyway, in case an event was missed.
 - Fatal, because no later run could succeed: the vault path now leads to another folder than the one the index
   belongs to; the index was built or rebuilt with another embedding model (the watch keeps the model it started
   with and never re-embeds over a newer index); a system limit on file watching (inotify watches or instances).
   The watch limit is caught for a folder made while watching too: after arming and after every run the watcher
   asks Linux which folders its inotify instances watch (puremind/inotify_watches.py, /proc/self/fdinfo) and
-  probes any visible folder left unwatched with a watch of its own; ENOSPC there is the limit. A folder that
-  can be watched but is not (watchdog had not reached it) is watched anew once, with a run.
-- Events the kernel dropped (inotify queue overflow) reach the watcher as watchdog's public EventsLostEvent
-  and start a run, which rescans the whole vault.
-- Only watchdog's public API is used (Observer, schedule/start/stop, emitters, the event classes' fields).
-- The keyword index is compacted once the vault has been quiet for `compact_quiet` seconds after a run that left
-  deleted text behind, and at the latest `compact_latest` seconds after the change that caused it; a watch that
-  stops compacts on its way out. One that dies before that leaves `Store.compact_pending()` set, and the first
-  run of the next watch (or any `puremind index`) compacts.
+  probes any visible folder left unwatched with a watch of its own: ENOSPC there is the limit, EACCES a folder
+  that cannot be read (watched anew once it can be), success a folder watchdog had not reached yet (watched
+  anew, once, if it is still unwatched at the next check).
+- Events the kernel dropped (inotify queue overflow) reach the watcher as watchdog's public EventsLostEvent and
+  start a run, which looks at the whole vault.
+- Only watchdog's public API is used (Observer, schedule/start/stop, emitters, the events' fields).
+- A watch that stops compacts on its way out. One that dies before that leaves `Store.compact_pending()` set,
+  and the first run of the next watch (or any `puremind index`) compacts.
 - The IndexLock is taken per run (and per compaction), not for the watch's lifetime: between runs a
   `puremind index` (say `--rebuild` after a model change) can run; while it does, the watch waits for it.
 """
@@ -36,29 +34,27 @@ indexer's transactional batches make it safe. watchdog's threads only record tha
 from __future__ import annotations
 
 import errno
-import logging
 import math
 import os
-import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from puremind import inotify_watches
-from puremind.errors import FingerprintMismatch, IndexBusyError, PuremindError, VaultError
-from puremind.indexer import META_FINGERPRINT, META_VAULT, IndexLock, IndexReport, index_vault
+from puremind.errors import FingerprintMismatch, IndexBusyError, IndexDamaged, PuremindError, VaultError
+from puremind.fingerprint import same_vectors
+from puremind.indexer import META_VAULT, IndexLock, IndexReport, index_vault
 from puremind.store import Store
 from puremind.vault import SKIPPED_DIR_NAMES, note_rel_is_valid
+from puremind.watch_schedule import Schedule, StandingWarnings, Timing
 
 if TYPE_CHECKING:
-    from puremind.config import Settings
     from puremind.models import Embedder
 
 Say = Callable[[str], None]
 #: on_event(kind, detail): "armed" (real root), "disarmed" (reason), "change" (path), "ignored" (path),
-#: "lost" (path: events were dropped), "unwatched" (list of folders that are watchable but were not watched),
+#: "lost" (path: events were dropped), "unwatched" (folders watchable but not watched: watched anew),
 #: "run" (IndexReport), "run_failed" (exception), "busy" (None), "compacted" (True when the -wal was emptied).
 OnEvent = Callable[[str, Any], None]
 
@@ -71,29 +67,6 @@ _LOST_EVENT = "events_lost"
 _MAX_PROBES = 64
 #: inotify limits: watches per user (ENOSPC) and instances per user (EMFILE).
 _LIMIT_ERRNOS = {errno.ENOSPC: "fs.inotify.max_user_watches", errno.EMFILE: "fs.inotify.max_user_instances"}
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Every interval of a watch, in seconds (tests shrink them)."""
-
-    debounce: float = 2.0
-    #: a run starts at the latest this long after the first change it covers, even if changes never pause
-    max_delay: float = 60.0
-    rescan: float = 600.0
-    compact_quiet: float = 60.0
-    compact_latest: float = 300.0
-    #: how often the vault folder's identity and watchdog's threads are checked
-    poll: float = 1.0
-    #: a failed run is tried again after this long
-    retry: float = 10.0
-    #: a run that found `puremind index` holding the lock tries again after this long
-    busy_retry: float = 0.5
-
-    @classmethod
-    def for_debounce(cls, debounce: float) -> "Timing":
-        """The default intervals with this debounce (a long debounce also stretches the maximal delay)."""
-        return cls(debounce=debounce, max_delay=max(60.0, 10 * debounce))
 
 
 class WatchError(PuremindError):
@@ -178,27 +151,21 @@ class Watcher:
         self._observer_factory = observer_factory
         self._clock = clock
 
-        # Shared with watchdog's threads (under _cond).
+        # Shared with watchdog's threads (under _cond): the schedule takes their changes.
         self._cond = threading.Condition(threading.RLock())
-        self._dirty = False
-        self._first_change: float | None = None
-        self._last_change = -math.inf
+        self._schedule = Schedule(timing, clock())
         self._stop_requested = False
 
         # The caller's thread only.
-        self._observer: Any = None
+        self._observer: VaultObserver | None = None
         self._armed: tuple[str, tuple[int, int]] | None = None
-        self._vault_gone = False
-        self._last_activity = clock()
-        self._not_before = -math.inf  # retry or busy back-off
-        self._failure: str | None = None  # last failure line shown (not repeated)
-        self._busy_shown = False
-        self._owed_since: float | None = None  # compaction owed since (a change time)
-        self._compact_not_before = -math.inf
+        self._blind_not_before = -math.inf
         # Folders found unwatched (but watchable) at the last check, and those already watched anew once.
         self._unwatched: frozenset[str] = frozenset()
         self._rewatched: frozenset[str] = frozenset()
-        self._unwatchable_shown: set[str] = set()
+        self._failure: str | None = None  # last failure line shown (not repeated)
+        self._busy_shown = False
+        self._standing = StandingWarnings()
         # The embedding fingerprint this watch writes; None until known (keyword-only: the index's at start).
         self._fingerprint: str | None = embedder.fingerprint if embedder is not None else None
 
@@ -237,13 +204,16 @@ class Watcher:
 
     # -- watchdog side ---------------------------------------------------------------------------------
 
+    @property
+    def _dirty(self) -> bool:
+        """A change is waiting for a run."""
+        with self._cond:
+            return self._schedule.dirty
+
     def _changed(self) -> None:
         now = self._clock()
         with self._cond:
-            if not self._dirty:
-                self._first_change = now
-            self._dirty = True
-            self._last_change = now
+            self._schedule.changed(now)
             self._cond.notify_all()
 
     def _emit(self, kind: str, detail: Any = None) -> None:
@@ -258,7 +228,6 @@ class Watcher:
             raise _Fatal(VaultError(f"the vault directory {self.vault} does not exist or is not a directory",
                                     hint="check the path, or run `puremind init <vault_dir>`"))
         self._arm()
-        self._check_watches()
         self._notice(f"watching {root}: re-indexing {self.timing.debounce:g}s after the last change (Ctrl-C to stop)")
         while not self._stop_requested:
             try:
@@ -280,42 +249,28 @@ class Watcher:
 
     def _step(self) -> None:
         self._check_vault_folder()
-        now = self._clock()
-        due = self._run_due(now)
-        if due <= now:
-            self._run_guarded()
-            return
-        compact_due = self._compact_due(now)
-        if compact_due <= now:
-            self._compact()
-            return
         with self._cond:
             if self._stop_requested:
                 return
-            # Re-read under the lock: an event may have arrived since.
-            timeout = min(self._run_due(now), compact_due, now + self.timing.poll) - now
-            if timeout > 0:
-                self._cond.wait(max(timeout, 0.005))
+            # Under the lock, so that a change that arrives now wakes the wait.
+            decision = self._schedule.decide(self._clock())
+            if decision.action == "wait":
+                self._cond.wait(decision.seconds)
+                return
+        if decision.action == "run":
+            self._run_guarded(rescan=decision.rescan)
+        else:
+            self._compact()
 
-    def _run_due(self, now: float) -> float:
-        if self._vault_gone:
-            return math.inf
-        with self._cond:
-            due = self._last_activity + self.timing.rescan
-            if self._dirty:
-                first = now if self._first_change is None else self._first_change
-                due = min(due, self._last_change + self.timing.debounce, first + self.timing.max_delay)
-        return max(due, self._not_before)
-
-    def _run_guarded(self) -> None:
+    def _run_guarded(self, *, rescan: bool) -> None:
         now = self._clock()
-        rescan = not self._dirty
         try:
             self._run(trigger="rescan" if rescan else "change", first=False)
         except _StopRun:
             return
         except IndexBusyError:
-            self._not_before = now + self.timing.busy_retry
+            with self._cond:
+                self._schedule.busy(now)
             self._note_busy()
         except (PuremindError, OSError) as exc:
             message = exc.message if isinstance(exc, PuremindError) else f"{exc.strerror or exc}"
@@ -325,40 +280,41 @@ class Watcher:
                              f"{self.timing.retry:g}s)")
                 self._failure = line
             self._emit("run_failed", exc)
-            self._not_before = now + self.timing.retry
-            self._last_activity = now
+            with self._cond:
+                self._schedule.run_failed(now)
             # The folder may have gone away with the failure: watch anew before the next try.
             self._arm_quietly()
 
     def _run(self, *, trigger: str, first: bool) -> None:
         """One index run under the lock. Restores the pending change when the run does not complete."""
         with self._cond:
-            first_change = self._first_change
-            self._dirty, self._first_change = False, None
-        started = self._clock()
+            ticket = self._schedule.run_started(self._clock())
         completed = False
         try:
             report, owed = self._index(first=first)
             completed = True
         finally:
             if not completed:
-                # What this run was to cover is still to do (a failed rescan is simply retried).
                 with self._cond:
-                    self._dirty = True
-                    self._first_change = min(x for x in (first_change, self._first_change, started) if x is not None)
-        self._not_before = -math.inf
+                    self._schedule.run_incomplete(ticket)
+        with self._cond:
+            self._schedule.run_done(ticket, self._clock(), owed=owed)
         self._busy_shown = False
-        self._last_activity = self._clock()
         if self._failure is not None:
             self._notice("index runs work again")
             self._failure = None
-        if owed and self._owed_since is None:
-            self._owed_since = first_change if first_change is not None else started
-        elif not owed:
-            self._owed_since = None
-        changed = report.added or report.changed or report.removed or report.warnings
+            # What was watched while runs failed may never report a change (a folder watched while it could not
+            # be read, on a backend that does not say so): watch anew, as for a replaced folder. An edit made while
+            # the watches were swapped may reach neither observer: look at once (a rescan: silent when nothing
+            # changed).
+            self._arm_quietly()
+            with self._cond:
+                self._schedule.rescan_now()
+        # Removals held back, an empty vault: said when they start, not again at every run while they last.
+        warnings = self._standing.to_say(report.standing, report.warnings)
+        changed = report.added or report.changed or report.removed or warnings
         if trigger != "rescan" or changed:
-            for warning in report.warnings:
+            for warning in warnings:
                 self._notice(f"warning: {warning}")
             self._say(report.summary())
         self._emit("run", report)
@@ -367,10 +323,19 @@ class Watcher:
     def _index(self, *, first: bool) -> tuple[IndexReport, bool]:
         root = self._vault_root()
         with IndexLock(self.db):
-            store = Store.open(self.db)
             try:
-                stored_fp = store.get_meta(META_FINGERPRINT)
-                if not first and stored_fp is not None and stored_fp != self._fingerprint:
+                store = Store.open(self.db)
+            except IndexDamaged as exc:
+                raise _Fatal(exc) from None
+            try:
+                if first:
+                    try:
+                        store.check_integrity()  # a damaged index is never taken for "unchanged"
+                    except IndexDamaged as exc:
+                        raise _Fatal(exc) from None
+                stored_fp = store.embed_fingerprint()
+                # The precision is not compared: another run with the same model at another variant is fine.
+                if not first and stored_fp is not None and not same_vectors(stored_fp, self._fingerprint):
                     raise _Fatal(FingerprintMismatch(
                         "the index was rebuilt with another embedding model while this watch was running",
                         hint=f"restart `puremind watch`: a watch keeps the model it started with (index now built with: {stored_fp})",
@@ -398,7 +363,7 @@ class Watcher:
                         raise _Fatal(exc) from None
                     raise
                 if self._fingerprint is None:
-                    self._fingerprint = store.get_meta(META_FINGERPRINT)
+                    self._fingerprint = store.embed_fingerprint()
                 return report, store.compact_pending()
             finally:
                 store.close()
@@ -411,15 +376,6 @@ class Watcher:
 
     # -- compaction ------------------------------------------------------------------------------------
 
-    def _compact_due(self, now: float) -> float:
-        if self._owed_since is None:
-            return math.inf
-        with self._cond:
-            due = min(self._last_change + self.timing.compact_quiet, self._owed_since + self.timing.compact_latest)
-        # A run that is due goes first; after an attempt that a reader or `puremind index` kept from
-        # finishing, wait before the next one.
-        return max(due, self._compact_not_before)
-
     def _compact(self) -> None:
         now = self._clock()
         try:
@@ -431,17 +387,17 @@ class Watcher:
                     store.close()
         except IndexBusyError:
             # `puremind index` is running: it compacts at its end.
-            self._compact_not_before = now + self.timing.compact_quiet
+            with self._cond:
+                self._schedule.compact_blocked(now)
             return
         except PuremindError as exc:
             self._notice(f"warning: cannot compact the keyword index: {' '.join(exc.message.split())}")
-            self._compact_not_before = now + self.timing.compact_quiet
+            with self._cond:
+                self._schedule.compact_blocked(now)
             return
-        if done:
-            self._owed_since = None
-        else:
-            # A reader kept the -wal file; the mark stays in the index for a later try.
-            self._compact_not_before = now + self.timing.compact_quiet
+        with self._cond:
+            # Not done: a reader kept the -wal file; the mark stays in the index for a later try.
+            self._schedule.compacted(now, done=done)
         self._emit("compacted", done)
 
     # -- the vault folder and the observer -------------------------------------------------------------
@@ -450,31 +406,23 @@ class Watcher:
         return os.path.realpath(self.vault)
 
     def _check_watches(self) -> None:
-        """Stop with the limit error when a visible folder of the vault is not watched because of the inotify
-        watch limit (watchdog only logs that for a folder made while it runs); watch anew, once, when a folder
-        that could be watched is still unwatched at a second check."""
-        if self._armed is None:
+        """After a run: stop with the limit error when a visible folder is unwatched because of the inotify watch
+        limit (watchdog only logs that for a folder made while it runs); list folders that cannot be read as
+        blind (watched anew once they can be); watch anew, once, when a folder that could be watched is still
+        unwatched at a second check."""
+        observer = self._observer
+        if observer is None:
             return
-        root = self._armed[0]
-        missing = inotify_watches.unwatched_folders(root, lambda path: path_matters(root, path, True))
-        if not missing:
-            self._unwatched = frozenset()
+        try:
+            watchable = observer.check()
+        except OSError as exc:
+            if exc.errno in _LIMIT_ERRNOS:
+                raise _Fatal(_limit_error(exc)) from None
+            # The root cannot be read now: the next run fails and watching anew is tried with it.
             return
-        watchable = []
-        for path in missing[:_MAX_PROBES]:
-            err = inotify_watches.probe(path)
-            if err in (errno.ENOSPC, errno.EMFILE):
-                raise _Fatal(_limit_error(OSError(err, os.strerror(err), path)))
-            if err == 0:
-                watchable.append(path)
-            elif err != errno.ENOENT and path not in self._unwatchable_shown:
-                self._unwatchable_shown.add(path)
-                self._notice(f"warning: cannot watch the folder {path}: {os.strerror(err)}; its notes are indexed "
-                             "by the next run or rescan only")
         again = self._unwatched & set(watchable)
         self._unwatched = frozenset(watchable)
         if again and not again <= self._rewatched:
-            # Still unwatched a run later, yet watchable: watch the vault anew (and run, in case a change was missed).
             self._rewatched = self._rewatched | again
             self._emit("unwatched", sorted(again))
             if self._arm_quietly():
@@ -488,28 +436,38 @@ class Watcher:
         except OSError:
             identity = None
         if identity is None:
-            if not self._vault_gone:
+            if not self._schedule.vault_gone:
                 self._notice(f"warning: the vault folder {self.vault} is gone or cannot be reached; waiting for it")
-                self._vault_gone = True
+                with self._cond:
+                    self._schedule.vault_gone = True
                 self._disarm()
                 self._emit("disarmed", "gone")
             return
-        if self._armed == (root, identity) and self._observer_alive():
+        if self._armed == (root, identity) and self._observer_alive() and not self._blind_readable():
             return
-        if self._vault_gone:
+        if self._schedule.vault_gone:
             self._notice(f"the vault folder {self.vault} is back")
         elif self._armed is not None and self._armed != (root, identity):
             self._notice(f"the vault folder {self.vault} was replaced; watching the new one")
-        self._vault_gone = False
+        with self._cond:
+            self._schedule.vault_gone = False
         if self._arm_quietly():
             self._changed()
 
     def _observer_alive(self) -> bool:
-        observer = self._observer
-        if observer is None or not observer.is_alive():
+        return self._observer is not None and self._observer.alive()
+
+    def _blind_readable(self) -> bool:
+        """True when a folder that could not be watched for lack of permission can be read now (looked at with
+        every check, acted on at most once per retry interval in case the system still refuses to watch it)."""
+        now = self._clock()
+        blind = self._observer.blind if self._observer is not None else []
+        if not blind or now < self._blind_not_before:
             return False
-        emitters = getattr(observer, "emitters", ())
-        return all(emitter.is_alive() for emitter in emitters)
+        if any(os.access(path, os.R_OK) for path in blind):
+            self._blind_not_before = now + self.timing.retry
+            return True
+        return False
 
     def _arm_quietly(self) -> bool:
         """Watch the vault folder now at the path; False (and retried later) when it cannot be watched now."""
@@ -523,15 +481,71 @@ class Watcher:
             return False
 
     def _arm(self) -> None:
-        """(Re)start watching the vault's real folder, recursively.
+        """(Re)start watching the vault's real folder, recursively. The new observer starts before the old one
+        stops, so no change falls between them; when the new one cannot start, the old one is stopped too (what
+        it watches may be stale) and the next check tries again.
 
         Raises:
-            OSError: the folder cannot be watched (a system limit, or it is gone).
+            OSError: the folder cannot be watched (a system limit, it is gone, or it cannot be read).
         """
+        try:
+            root = self._vault_root()
+            st = os.stat(root)
+            observer = VaultObserver(root, on_change=self._on_change, on_ignored=lambda path: self._emit("ignored", path),
+                                     on_lost=self._on_lost, factory=self._observer_factory)
+            observer.start()
+        except BaseException as exc:
+            self._disarm()
+            if isinstance(exc, OSError) and exc.errno in _LIMIT_ERRNOS:
+                # watchdog raises for any folder it cannot watch while it starts; `check` for one it only logs.
+                raise _Fatal(_limit_error(exc)) from None
+            raise
         self._disarm()
-        root = self._vault_root()
-        st = os.stat(root)
-        factory = self._observer_factory
+        self._observer = observer
+        self._armed = (root, (st.st_dev, st.st_ino))
+        self._emit("armed", root)
+
+    def _on_lost(self, path: str) -> None:
+        self._emit("lost", path)
+        self._changed()
+
+    def _on_change(self, path: str) -> None:
+        self._emit("change", path)
+        self._changed()
+
+    def _disarm(self) -> None:
+        observer, self._observer, self._armed = self._observer, None, None
+        if observer is not None:
+            observer.stop()
+
+    def _shutdown(self) -> None:
+        self._disarm()
+        if self._schedule.owed_since is not None:
+            self._compact()
+
+
+class VaultObserver:
+    """watchdog's observer on one folder, recursively: the only code that knows watchdog, through its public API
+    only. Tells `on_change` of each change to a visible note or folder (`event_matters`), `on_ignored` of any
+    other event, `on_lost` when the kernel dropped events (watchdog's EventsLostEvent). What watchdog does not
+    say, Linux does (`check`): `blind` lists the folders below the root that could not be watched for lack of
+    permission."""
+
+    def __init__(self, root: str, *, on_change: Callable[[str], None], on_ignored: Callable[[str], None],
+                 on_lost: Callable[[str], None], factory: Callable[[], Any] | None = None):
+        self.root = root
+        self.blind: list[str] = []
+        self._on_change, self._on_ignored, self._on_lost = on_change, on_ignored, on_lost
+        self._factory = factory
+        self._observer: Any = None
+
+    def start(self) -> None:
+        """Start watching; the watches are added in this thread.
+
+        Raises:
+            OSError: the folder cannot be watched (a system limit, it is gone, or it cannot be read).
+        """
+        factory = self._factory
         if factory is None:
             from watchdog.observers import Observer
 
@@ -543,47 +557,70 @@ class Watcher:
                 raise _Fatal(_limit_error(exc)) from None
             raise
         try:
-            observer.schedule(_Handler(self, root), root, recursive=True)
+            observer.schedule(self, self.root, recursive=True)
             observer.start()
-        except BaseException as exc:
+            self._observer = observer
+            self.check()
+        except BaseException:
+            self._observer = None
             _stop_observer(observer)
-            if isinstance(exc, OSError) and exc.errno in _LIMIT_ERRNOS:
-                # watchdog raises for any folder it cannot watch while it starts (the root or one below it).
-                raise _Fatal(_limit_error(exc)) from None
             raise
-        self._observer = observer
-        self._armed = (root, (st.st_dev, st.st_ino))
-        self._emit("armed", root)
 
-    def _disarm(self) -> None:
-        observer, self._observer, self._armed = self._observer, None, None
+    def check(self) -> list[str]:
+        """Ask Linux which visible folders below the root no inotify watch of this process covers, and try a
+        watch of our own on each (`inotify_watches.probe`). Returns the folders that could be watched but are not
+        (watchdog had not reached them yet); lists those that cannot be read in `blind`. Does nothing where Linux
+        does not tell (another system), or where the root itself is unwatched yet watchable (an observer that is
+        not inotify's, as tests hand in).
+
+        Raises:
+            OSError: ENOSPC or EMFILE, a system limit kept a folder from being watched; EACCES, the root cannot be
+                read (watchdog keeps a watch that never fires: raised, so that watching it is tried again).
+        """
+        root = self.root
+        missing = inotify_watches.unwatched_folders(root, lambda path: path_matters(root, path, True))
+        if not missing:
+            self.blind = []
+            return []
+        if missing[0] == root:
+            err = inotify_watches.probe(root)
+            if err in _LIMIT_ERRNOS or err in (errno.EACCES, errno.EPERM):
+                raise OSError(err, os.strerror(err), root)
+            return []
+        blind, watchable = [], []
+        for path in missing[:_MAX_PROBES]:
+            err = inotify_watches.probe(path)
+            if err in _LIMIT_ERRNOS:
+                raise OSError(err, os.strerror(err), path)
+            if err == 0:
+                watchable.append(path)
+            elif err in (errno.EACCES, errno.EPERM):
+                blind.append(path)
+        self.blind = blind
+        return watchable
+
+    def alive(self) -> bool:
+        """The observer's thread and each of its emitters' threads are running."""
+        observer = self._observer
+        if observer is None or not observer.is_alive():
+            return False
+        return all(emitter.is_alive() for emitter in observer.emitters)
+
+    def stop(self) -> None:
+        observer, self._observer = self._observer, None
         if observer is not None:
             _stop_observer(observer)
 
-    def _shutdown(self) -> None:
-        self._disarm()
-        if self._owed_since is not None:
-            self._compact()
-
-
-class _Handler:
-    """A watchdog event handler that only tells the watcher that something relevant changed."""
-
-    def __init__(self, watcher: Watcher, root: str):
-        self._watcher = watcher
-        self._root = root
-
     def dispatch(self, event: Any) -> None:
+        """watchdog's event handler interface (called from its threads)."""
+        path = os.fsdecode(event.src_path)
         if getattr(event, "event_type", "") == _LOST_EVENT:
             # The kernel's queue overflowed: changes anywhere may be missing. A run walks the whole vault.
-            self._watcher._emit("lost", os.fsdecode(event.src_path))
-            self._watcher._changed()
-            return
-        if event_matters(self._root, event):
-            self._watcher._emit("change", os.fsdecode(event.src_path))
-            self._watcher._changed()
+            self._on_lost(path)
+        elif event_matters(self.root, event):
+            self._on_change(path)
         else:
-            self._watcher._emit("ignored", os.fsdecode(event.src_path))
+            self._on_ignored(path)
 
 
 def _stop_observer(observer: Any) -> None:
@@ -604,37 +641,4 @@ def _limit_error(exc: OSError) -> WatchError:
     )
 
 
-def watch_command(
-    settings: "Settings",
-    *,
-    debounce: float = 2.0,
-    say: Say,
-    notice: Say,
-    progress: Callable[[int, int, str], None] | None = None,
-) -> None:
-    """`puremind watch`: load the embedder once, then watch until Ctrl-C (KeyboardInterrupt, after compacting)
-    or SIGTERM (a run in progress stops at its next note; returns after compacting).
-
-    Raises:
-        ConfigError, VaultError, StoreError, FingerprintMismatch, ModelError, WatchError: see Watcher.run.
-    """
-    from puremind.services import load_embedder_for_index
-
-    vault = settings.require_vault()
-    # watchdog logs its own races and lost events through logging's last-resort handler (stderr); what matters
-    # of them reaches the user through the watcher (a lost event starts a run), so keep its lines out.
-    logging.getLogger("watchdog").addHandler(logging.NullHandler())
-    embedder = load_embedder_for_index(settings, notice)
-    watcher = Watcher(vault, settings.db, embedder=embedder, timing=Timing.for_debounce(debounce), say=say,
-                      notice=notice, progress=progress)
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop())
-    try:
-        watcher.run()
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-__all__ = ["Timing", "WatchError", "Watcher", "event_matters", "path_matters", "watch_command"]
+__all__ = ["Timing", "VaultObserver", "WatchError", "Watcher", "event_matters", "path_matters"]

@@ -71,6 +71,24 @@ def fake_embedder() -> FakeEmbedder:
     return FakeEmbedder()
 
 
+#: for searcher_with: load this model from the settings (as a command would) instead of handing one in
+CONFIGURED = object()
+
+
+def searcher_with(settings, *, embedder=None, reranker=None, rerank=None, models_class=None):
+    """A Searcher over settings.db with these models handed in (None leaves one out; CONFIGURED loads it from the
+    settings, as a command would). `models_class` is a Models subclass (e.g. one that counts loads)."""
+    from puremind.models.lazy import Models
+    from puremind.retrieval.pipeline import Searcher
+    from puremind.services import export_if_missing, model_choice, retrieval_params
+
+    def pick(role, model):
+        return model_choice(settings, role) if model is CONFIGURED else model
+
+    models = (models_class or Models)(pick("embedder", embedder), pick("reranker", reranker), obtain=export_if_missing)
+    return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank))
+
+
 def write(root: Path, rel: str, text: str) -> Path:
     """Write a note (creating folders) and return its path."""
     path = root / rel
@@ -87,3 +105,30 @@ def vault(tmp_path: Path) -> Path:
     write(root, "projects/deploy.md", "# Deploy\n\nRoll back production with the deploy script and the previous image tag printed at the end.\n")
     write(root, "journal/day.md", "# Day\n\nDebugged a flaky test: two tests shared one SQLite file and a write transaction stayed open.\n")
     return root
+
+
+def http_failures() -> tuple[type[Exception], type[Exception]]:
+    """(connection error, read timeout) of the HTTP library the installed huggingface_hub raises from: requests
+    before 1.0, httpx in 1.x, httpx2 in 2.x (the runtime-only install has no requests)."""
+    import importlib
+    import importlib.util
+
+    for name, connect, timeout in (("requests", "ConnectionError", "ReadTimeout"), ("httpx2", "ConnectError", "ReadTimeout"),
+                                   ("httpx", "ConnectError", "ReadTimeout")):
+        if importlib.util.find_spec(name) is not None:
+            module = importlib.import_module(name)
+            return getattr(module, connect), getattr(module, timeout)
+    pytest.skip("no HTTP library for huggingface_hub is installed")
+
+
+def hf_http_error(cls: type[Exception], message: str, status: int = 404) -> Exception:
+    """A huggingface_hub HTTP error as the installed release builds it (2.x requires the response)."""
+    try:
+        return cls(message)
+    except TypeError:
+        import importlib
+        import importlib.util
+
+        http = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+        request = http.Request("GET", "https://huggingface.co/api/models/org/tiny")
+        return cls(message, response=http.Response(status, request=request))

@@ -750,6 +750,13 @@ def test_crlf_notes_chunk_like_lf_notes():
     assert chunk_markdown(text.replace("\n", "\r\n"), max_chars=500) == chunk_markdown(text, max_chars=500)
 
 
+def test_lone_cr_line_endings_of_old_mac_notes_are_line_breaks():
+    text = f"---\ntitle: x\n---\n# A\n{words(30)}\n\n```\n# code\n```\n## B\n{words(300)}\n"
+    old_mac = chunk_markdown(text.replace("\n", "\r"), max_chars=500)
+    assert old_mac == chunk_markdown(text, max_chars=500)
+    assert [c.heading_path for c in old_mac][:2] == [("A",), ("A", "B")] and old_mac[1].start_line == 10
+
+
 def test_a_byte_order_mark_does_not_hide_frontmatter():
     chunks = chunk_markdown("\ufeff---\ntags: [x]\n---\n# Title\nbody")
     assert chunks[0].heading_path == ("Title",) and chunks[0].text.startswith("---")

@@ -148,6 +148,22 @@ def test_search_json_gives_every_field(capsys, indexed):
     assert 1 <= hit["start_line"] <= hit["end_line"] and hit["score"] > 0 and "grinder" in hit["text"]
 
 
+def test_a_hybrid_search_shows_the_part_of_the_passage_that_matches_cut_at_words(capsys, indexed):
+    filler = "A sentence about something else entirely, to fill the passage up. " * 8
+    write(indexed, "long.md", f"# Long\n\n{filler}The zeppelin hangar opens at dawn for the inspection. {filler}\n")
+    assert cli.run(["index"]) == 0
+    capsys.readouterr()
+    code, out, err = run(capsys, "search", "zeppelin hangar", "--no-rerank", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["mode"] == "hybrid"
+    excerpt = data["results"][0]["excerpt"]
+    assert "zeppelin hangar opens at dawn" in excerpt and excerpt.startswith("…") and excerpt.endswith("…")
+    assert len(excerpt) <= 200 and excerpt.strip("…") in " ".join(data["results"][0]["text"].split())
+    code, out, err = run(capsys, "search", "zeppelin hangar", "--no-rerank")
+    assert "zeppelin hangar opens at dawn" in out.splitlines()[2]
+
+
 def test_a_search_that_finds_nothing_exits_1(capsys, indexed):
     code, out, err = run(capsys, "search", "xylophone", "--lexical-only")
     assert code == 1
@@ -199,9 +215,34 @@ def test_any_agent_query_is_searched_never_an_sql_error(capsys, indexed, query):
     assert "sqlite" not in err.lower() and "Traceback" not in err
 
 
-def test_a_query_that_looks_like_an_option_gets_a_hint_about_double_dash(capsys, indexed):
+def test_a_query_that_looks_like_an_option_gets_a_hint_about_double_dash_after_the_options(capsys, indexed):
     code, out, err = run(capsys, "search", "-grinder")
-    assert code == 2 and "put `--` before the query" in err
+    assert code == 2 and "put `--` before the query, after any option" in err
+    example = err.split("hint: ")[1].split(": ", 1)[1].strip()
+    assert example == "puremind search --limit 5 -- '-text'"
+    code, out, err = run(capsys, *example.replace("'", "").split()[1:])  # the example as given works
+    assert code == 1 and "nothing found" in out and "error" not in err
+
+
+def test_version_prints_the_installed_package_version(capsys):
+    from importlib.metadata import version
+
+    code, out, err = run(capsys, "--version")
+    assert (code, out, err) == (0, f"puremind {version('puremind')}\n", "")
+    proc = subprocess.run([sys.executable, "-m", "puremind", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == out
+
+
+def test_help_lists_every_command_with_its_whole_description(capsys):
+    import typer
+
+    code, out, err = run(capsys, "--help")
+    listing = " ".join(out.split("Commands:")[1].split())
+    assert code == 0 and "..." not in listing
+    command = typer.main.get_command(cli.app)
+    for name, sub in command.commands.items():
+        whole = " ".join((sub.help or "").split("\n\n")[0].split())
+        assert f"{name} {whole}" in listing, name
 
 
 @pytest.mark.parametrize("query", ["", "   ", "*", '""', "-- ( ) :"])

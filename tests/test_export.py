@@ -230,9 +230,7 @@ def test_an_unknown_variant_names_the_known_ones(standins, tmp_path):
 
 
 def test_missing_export_tools_give_a_model_error_with_the_install_hint(standins, tmp_path, monkeypatch):
-    import puremind.export as export_pkg
-
-    monkeypatch.setattr(export_pkg, "export_available", lambda: False)
+    monkeypatch.setattr(onnx_export, "export_available", lambda: False)  # the check export_model makes
     with pytest.raises(ModelError) as info:
         export_model(qwen3_spec(), standins["qwen3"], tmp_path)
     assert "pip install 'puremind[export]'" in info.value.hint

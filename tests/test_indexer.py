@@ -211,7 +211,7 @@ def test_rebuild_with_a_model_that_cannot_embed_leaves_the_index_untouched(store
     with pytest.raises(ModelError):
         index_vault(store, vault, embedder=Broken(fingerprint="typo"), rebuild=True)
     assert store.counts() == counts
-    assert store.get_meta(indexer.META_FINGERPRINT) == fake_embedder.fingerprint
+    assert store.embed_fingerprint() == fake_embedder.fingerprint
 
 
 def test_rebuild_with_a_new_model_replaces_every_vector(store, vault, fake_embedder):
@@ -220,7 +220,7 @@ def test_rebuild_with_a_new_model_replaces_every_vector(store, vault, fake_embed
     index_vault(store, vault, embedder=new, rebuild=True)
     ids, matrix = store.vectors()
     assert matrix.shape == (store.counts()["chunks"], 32)
-    assert store.get_meta(indexer.META_FINGERPRINT) == "new-model"
+    assert store.embed_fingerprint() == "new-model"
     assert new.embedded[0] == indexer.TEST_PASSAGE
 
 
@@ -282,3 +282,149 @@ def test_old_text_is_gone_from_the_index_file_and_its_wal_after_an_edit(tmp_path
         if path.exists():
             assert b"zanzibarquux" not in path.read_bytes(), path
     store.close()
+
+
+# -- removals held back, kept vectors, an empty vault --------------------------------------------------------
+
+
+def many_notes(root: Path, n: int) -> None:
+    for i in range(n):
+        write(root, f"d{i % 4}/note{i:03}.md", f"# Note {i}\n\nnoteword{i} and its own sentence number {i}.\n")
+
+
+def test_a_vault_swapped_for_one_holding_a_single_note_keeps_the_others_and_says_how_to_confirm(
+    store, tmp_path, fake_embedder
+):
+    vault = tmp_path / "vault"
+    many_notes(vault, 40)
+    index_vault(store, vault, embedder=fake_embedder)
+    os.rename(vault, tmp_path / "vault-real")
+    write(vault, "d0/note000.md", "# Note 0\n\nnoteword0 and its own sentence number 0.\n")  # half there
+    report = index_vault(store, vault, embedder=fake_embedder)
+    assert report.removed == 0 and report.kept_missing == 39
+    assert len(store.file_states()) == 40 and paths(store, "noteword39") == ["d3/note039.md"]
+    [held] = [w for w in report.warnings if "are missing" in w]
+    assert "39 of the 40 indexed notes" in held and "--allow-removals" in held and "39 missing kept" in report.summary()
+    # Back in place: nothing to re-add, nothing embedded again.
+    os.rename(vault, tmp_path / "vault-half")
+    os.rename(tmp_path / "vault-real", vault)
+    before = len(fake_embedder.embedded)
+    report = index_vault(store, vault, embedder=fake_embedder)
+    assert (report.added, report.removed, report.kept_missing) == (0, 0, 0) and not report.warnings
+    assert len(fake_embedder.embedded) == before
+    # Confirmed: they go.
+    os.rename(vault, tmp_path / "vault-real")
+    os.rename(tmp_path / "vault-half", vault)
+    report = index_vault(store, vault, embedder=fake_embedder, allow_removals=True)
+    assert report.removed == 39 and list(store.file_states()) == ["d0/note000.md"]
+
+
+def test_deleting_a_folder_of_notes_or_most_of_a_small_vault_still_removes_them(store, tmp_path, fake_embedder):
+    vault = tmp_path / "vault"
+    many_notes(vault, 100)
+    index_vault(store, vault, embedder=fake_embedder)
+    for path in sorted(vault.rglob("*.md"))[:45]:  # more than 20, less than half
+        path.unlink()
+    assert index_vault(store, vault, embedder=fake_embedder).removed == 45
+    for path in sorted(vault.rglob("*.md"))[:35]:  # more than half of 55, but more than 20 too: held
+        path.unlink()
+    assert index_vault(store, vault, embedder=fake_embedder).kept_missing == 35
+    small = tmp_path / "small"
+    many_notes(small, 10)
+    other = Store.open(tmp_path / "small.sqlite")
+    try:
+        index_vault(other, small, embedder=fake_embedder)
+        for path in sorted(small.rglob("*.md"))[:9]:  # most of a small vault, but no more than 20 notes
+            path.unlink()
+        report = index_vault(other, small, embedder=fake_embedder)
+        assert report.removed == 9 and not report.warnings
+    finally:
+        other.close()
+
+
+def test_a_deleted_note_that_comes_back_is_not_embedded_again(store, vault, fake_embedder):
+    index_vault(store, vault, embedder=fake_embedder)
+    text = (vault / "projects" / "deploy.md").read_bytes()
+    (vault / "projects" / "deploy.md").unlink()
+    assert index_vault(store, vault, embedder=fake_embedder).removed == 1
+    assert paths(store, "rollback production") == []
+    before = len(fake_embedder.embedded)
+    (vault / "projects" / "deploy.md").write_bytes(text)
+    report = index_vault(store, vault, embedder=fake_embedder)
+    assert report.added == 1 and report.chunks_embedded == 0 and report.chunks_reused >= 1
+    assert len(fake_embedder.embedded) == before
+    assert store.counts()["vectors"] == store.counts()["chunks"]
+    assert paths(store, "rollback production") == ["projects/deploy.md"]
+
+
+def orphan_rows(store: Store) -> list[tuple]:
+    return store._db.execute("SELECT text_sha256, fingerprint, removed_at FROM orphan_vectors").fetchall()
+
+
+def test_kept_vectors_are_for_the_model_that_made_them_and_a_rebuild_or_their_age_drops_them(
+    store, vault, fake_embedder, monkeypatch
+):
+    index_vault(store, vault, embedder=fake_embedder)
+    (vault / "coffee.md").unlink()
+    index_vault(store, vault, embedder=fake_embedder)
+    [(digest, fingerprint, _)] = orphan_rows(store)
+    assert fingerprint == fake_embedder.fingerprint
+    assert store.vector_for(digest, fingerprint=fake_embedder.fingerprint) is not None
+    assert store.vector_for(digest, fingerprint="another-model") is None
+    assert store.vector_for(digest) is None  # never without the model's name
+    index_vault(store, vault, embedder=fake_embedder, rebuild=True)
+    assert orphan_rows(store) == []
+    # Older than the kept days: dropped by the next run.
+    (vault / "projects" / "deploy.md").unlink()
+    index_vault(store, vault, embedder=fake_embedder)
+    assert len(orphan_rows(store)) == 1
+    real_time = indexer.time.time
+    monkeypatch.setattr(indexer.time, "time", lambda: real_time() + (indexer.ORPHAN_VECTOR_DAYS + 1) * 86400)
+    index_vault(store, vault, embedder=fake_embedder)
+    assert orphan_rows(store) == []
+
+
+def test_a_deleted_notes_text_is_gone_from_the_index_file_though_its_vectors_are_kept(tmp_path, vault, fake_embedder):
+    db = tmp_path / "idx.sqlite"
+    write(vault, "secret.md", "# Secret\n\nThe word zanzibarquux must vanish from the index file.\n")
+    store = Store.open(db)
+    try:
+        index_vault(store, vault, embedder=fake_embedder)
+        (vault / "secret.md").unlink()
+        index_vault(store, vault, embedder=fake_embedder)
+        assert len(orphan_rows(store)) == 1
+    finally:
+        store.close()
+    for path in (db, db.with_name(db.name + "-wal")):
+        if path.exists():
+            assert b"zanzibarquux" not in path.read_bytes(), path
+
+
+def test_an_empty_vault_says_that_no_markdown_notes_were_found(tmp_path, capsys):
+    from puremind import cli
+
+    empty = tmp_path / "empty"
+    write(empty, "readme.txt", "not a note")
+    write(empty, ".obsidian/hidden.md", "# Hidden\n")
+    assert cli.run(["index", str(empty)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: no Markdown notes were found in the vault" in err and ".markdown" in err
+    write(empty, "first.md", "# First\n\nfirst words\n")
+    assert cli.run(["index", str(empty)]) == 0
+    assert "no Markdown notes" not in capsys.readouterr().err
+
+
+def test_index_allow_removals_confirms_what_a_run_held_back(tmp_path, capsys):
+    from puremind import cli
+
+    vault = tmp_path / "vault"
+    many_notes(vault, 30)
+    assert cli.run(["index", str(vault)]) == 0
+    for path in sorted(vault.rglob("*.md"))[1:]:
+        path.unlink()
+    capsys.readouterr()
+    assert cli.run(["index", str(vault)]) == 0
+    captured = capsys.readouterr()
+    assert "warning: 29 of the 30 indexed notes are missing" in captured.err and "0 removed" in captured.out
+    assert cli.run(["index", str(vault), "--allow-removals"]) == 0
+    assert "29 removed" in capsys.readouterr().out

@@ -8,7 +8,8 @@ import pytest
 
 from puremind.errors import ModelError
 from puremind.langs import card_languages, normalize_languages, script_counts, script_of, unread_script
-from puremind.models.manifest import generic_spec, load_manifest
+from puremind.models.folder_spec import generic_spec
+from puremind.models.manifest import load_manifest
 from test_retrieval import FakeReranker, indexed  # noqa: F401  (indexed is a fixture)
 
 
@@ -98,10 +99,10 @@ def test_a_generic_model_takes_the_languages_of_its_card(tmp_path):
 
 
 def test_an_english_only_embedder_is_left_out_for_a_korean_query(indexed, fake_embedder):
-    from puremind.retrieval.pipeline import Searcher
+    from conftest import searcher_with
 
     fake_embedder.languages = ("en",)
-    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     before = len(fake_embedder.embedded)
     out = s.search("서울역 근처 호텔", 5)
     assert len(fake_embedder.embedded) == before, "the query must not be embedded"
@@ -115,27 +116,74 @@ def test_an_english_only_embedder_is_left_out_for_a_korean_query(indexed, fake_e
     assert len(fake_embedder.embedded) == before + 2
 
 
+@pytest.mark.parametrize(("query", "language"), [
+    ("Quiero saber cómo se configura el molinillo para hacer un buen café", "Spanish (es)"),
+    ("Wie stelle ich die Mühle für einen Espresso richtig ein?", "German (de)"),
+    ("Làm thế nào để điều chỉnh máy xay cà phê cho espresso?", "Vietnamese (vi)"),
+])
+def test_an_english_only_embedder_is_left_out_for_a_question_in_another_latin_script_language(
+        indexed, fake_embedder, query, language):
+    from conftest import searcher_with
+
+    fake_embedder.languages = ("en",)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
+    before = len(fake_embedder.embedded)
+    out = s.search(query, 5)
+    assert len(fake_embedder.embedded) == before, "the query must not be embedded"
+    assert out.notes == [f"semantic search left out for this query: the model reads en, and the query is in {language}"]
+    fake_embedder.languages = ("en", language[-3:-1])  # a model that reads it is asked
+    assert s.search(query, 5).notes == [] and len(fake_embedder.embedded) == before + 1
+
+
+@pytest.mark.parametrize("query", ["grinder espresso", "tar", "1.1.5", "How do I roll back the deploy?",
+                                   "kubectl rollout undo"])
+def test_english_questions_and_short_keyword_queries_keep_an_english_embedder(indexed, fake_embedder, query):
+    from conftest import searcher_with
+
+    fake_embedder.languages = ("en",)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
+    before = len(fake_embedder.embedded)
+    assert s.search(query, 5).notes == []
+    assert len(fake_embedder.embedded) == before + 1
+
+
+def test_the_language_identifier_ships_its_model_and_is_sure_of_plain_sentences():
+    from puremind.langs import identify_language, unread_language
+
+    assert identify_language("Das ist ein ganz normaler deutscher Satz über Kaffee.")[0] == "de"
+    assert unread_language(("multilingual",), "Das ist ein ganz normaler deutscher Satz.") is None
+    assert unread_language((), "Das ist ein ganz normaler deutscher Satz.") is None
+    assert unread_language(("en",), "???") is None
+
+
 def test_a_reranker_that_cannot_read_the_query_is_left_out(indexed, fake_embedder):
-    from puremind.retrieval.pipeline import Searcher
+    from conftest import searcher_with
 
     reranker = FakeReranker()
     reranker.languages = ("en",)
-    s = Searcher(indexed, embedder=fake_embedder, reranker=reranker)
+    s = searcher_with(indexed, embedder=fake_embedder, reranker=reranker)
     out = s.search("京都駅 旅館", 5)
     assert out.mode == "hybrid" and reranker.passages == [] and out.hits[0].path == "japan.md"
     assert any(n.startswith("reranking left out for this query") and "Han script" in n for n in out.notes)
     assert s.search("grinder espresso", 5).mode == "reranked"
 
 
-def test_the_loader_hands_the_spec_languages_to_the_model(monkeypatch, tmp_path):
-    from puremind.models import loader
+def test_the_loader_hands_the_spec_languages_to_the_model(tmp_path):
+    """The manifest's languages reach the model through its constructor (the export is handed in by `obtain`)."""
+    from puremind.models import loader, onnx_backend
+    from puremind.models.manifest import load_manifest
 
-    class Spec:
-        languages = ("en",)
+    seen: dict = {}
 
-    resolved = loader.Resolved(spec=Spec(), revision="r", source=None)
+    class Recording(onnx_backend.OnnxEmbedder):
+        def __init__(self, folder, **kw):
+            seen.update(kw)
 
-    class Model:
-        pass
-
-    assert loader._with_languages(Model(), resolved).languages == ("en",)
+    choice = loader.ModelChoice("embedder", "Qwen/Qwen3-Embedding-0.6B", tmp_path, device="cpu", variant="int8")
+    real, onnx_backend.OnnxEmbedder = onnx_backend.OnnxEmbedder, Recording
+    try:
+        loader.load_embedder(choice, obtain=lambda choice, resolved, variant, progress: tmp_path)
+    finally:
+        onnx_backend.OnnxEmbedder = real
+    spec = load_manifest().by_hub_id("Qwen/Qwen3-Embedding-0.6B")
+    assert spec.languages and seen["languages"] == spec.languages and seen["precision"] == "int8"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from puremind.errors import ConfigError, ModelError
-from puremind.models.manifest import DEFAULT_MANIFEST, FrozenDict, Manifest, generic_spec, load_manifest
+from puremind.models.folder_spec import generic_spec
+from puremind.models.manifest import DEFAULT_MANIFEST, FrozenDict, Manifest, load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write
+from conftest import meta, write
 from puremind import cli
 from puremind.config import DEFAULT_EMBEDDER, DEFAULT_EMBEDDER_REVISION, DEFAULT_RERANKER, DEFAULT_RERANKER_REVISION
 
@@ -95,7 +95,8 @@ def test_the_first_index_exports_the_pinned_models_and_hybrid_search_uses_them_o
     code, out, err = run(capsys, "index")
     assert code == 0, err
     fp, vectors = index_meta(tmp_path / "index.sqlite")
-    assert vectors > 0 and fp.startswith(f"{DEFAULT_EMBEDDER}@{DEFAULT_EMBEDDER_REVISION}|int8|pool=last_token")
+    assert vectors > 0 and fp.startswith(f"{DEFAULT_EMBEDDER}@{DEFAULT_EMBEDDER_REVISION}|pool=last_token")
+    assert meta(tmp_path / "index.sqlite", "embed_precision") == "int8"
     code, out, err = run(capsys, "search", "grinder espresso dose", "--json")
     assert code == 0, err
     data = json.loads(out)
@@ -139,18 +140,112 @@ def test_without_the_export_extra_index_says_which_command_to_run(capsys, env, t
     assert "not exported" in err and "puremind export-models" in err
 
 
-def test_a_model_not_in_the_cache_fails_at_once_offline(capsys, env, tmp_path, monkeypatch):
+def test_a_model_not_in_the_cache_fails_at_once_offline_naming_every_way_forward(capsys, env, tmp_path, monkeypatch):
     monkeypatch.setenv("PUREMIND_HOME", str(tmp_path / "fresh-home"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     code, out, err = run(capsys, "index")
-    assert code == 2 and "HF_HUB_OFFLINE" in err
+    assert code == 2 and "HF_HUB_OFFLINE=1 forbids downloading it" in err
+    hints = [line for line in err.splitlines() if line.startswith("hint: ")]
+    assert len(hints) == 1, err
+    assert "unset HF_HUB_OFFLINE" in hints[0] and "puremind export-models` on a machine with network" in hints[0]
+    assert str(tmp_path / "fresh-home" / "models") in hints[0]
+    assert "local model folder" in hints[0] and 'embedder = "none"' in hints[0]
+    assert "set HF_HUB_OFFLINE=1" not in err
+
+
+def test_an_int8_index_answers_with_the_torch_backend_and_another_variant_without_a_rebuild(
+        capsys, env, tmp_path, monkeypatch):
+    db = tmp_path / "index.sqlite"
+    assert run(capsys, "index")[0] == 0
+    assert meta(db, "embed_precision") == "int8"
+
+    def search(**environ):
+        for key, value in environ.items():
+            monkeypatch.setenv(key, value)
+        code, out, err = run(capsys, "search", "grinder espresso", "--no-rerank", "--json")
+        for key in environ:
+            monkeypatch.delenv(key)
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["mode"] == "hybrid" and data["notes"] == [], "semantic search must have answered"
+        return [r["path"] for r in data["results"]]
+
+    # The note that matches the words comes first at every precision; the random-weight stand-in may order the
+    # rest differently (its int8 is far noisier than a real model's).
+    int8 = search()
+    assert int8[0] == "coffee.md"
+    for other in (search(PUREMIND_BACKEND="torch"), search(PUREMIND_VARIANT="fp32")):
+        assert other[0] == "coffee.md" and sorted(other) == sorted(int8)
+    # An index written before the precision left the fingerprint (`hub@rev|int8|pool=...`) answers as well.
+    fp, _ = index_meta(db)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'embed_fingerprint'", (fp.replace("|pool=", "|int8|pool=", 1),))
+    con.close()
+    assert search(PUREMIND_BACKEND="torch")[0] == "coffee.md"
+
+
+def test_a_copied_models_folder_serves_a_machine_without_network_and_a_missing_reranker_only_skips_reranking(
+        capsys, env, tmp_path, monkeypatch, no_network):
+    import shutil
+
+    import puremind.export
+
+    assert run(capsys, "export-models", "--variant", "int8")[0] == 0  # "on a machine with network"
+    home = tmp_path / "offline-home"
+    shutil.copytree(env["home"] / "models", home / "models")
+    monkeypatch.setenv("PUREMIND_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    real_available = puremind.export.export_available
+    monkeypatch.setattr(puremind.export, "export_available", lambda: False)
+    code, out, err = run(capsys, "index")
+    assert code == 0, err
+    code, out, err = run(capsys, "search", "grinder espresso", "--json")
+    assert code == 0 and json.loads(out)["mode"] == "reranked", err
+
+    # The reranker not there, not cached, and offline (the export extra installed): search answers without it.
+    monkeypatch.setattr(puremind.export, "export_available", real_available)
+    (reranker,) = (home / "models").glob("bge-reranker-v2-m3@*")
+    shutil.move(reranker, tmp_path / "reranker-aside")
+    code, out, err = run(capsys, "search", "grinder espresso", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["mode"] == "hybrid" and data["results"][0]["path"] == "coffee.md"
+    assert len(data["notes"]) == 1 and data["notes"][0].startswith("reranking skipped: ") and "--no-rerank" in data["notes"][0]
+    assert "note: reranking skipped" in err
+
+    # Present but broken stays an error.
+    shutil.move(tmp_path / "reranker-aside", reranker)
+    with open(reranker / "int8" / "model.onnx", "ab") as f:
+        f.write(b"corrupt")
+    code, out, err = run(capsys, "search", "grinder espresso")
+    assert code == 2 and err.startswith("error:")
+    assert no_network == []
+
+
+def test_the_first_export_shows_only_pureminds_own_progress(env, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PUREMIND_")}
+    environ.update(HF_HUB_CACHE=str(env["cache"]), HF_HUB_OFFLINE="1", PUREMIND_HOME=str(tmp_path / "home"))
+    environ.pop("PYTHONWARNINGS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "puremind", "export-models", "--only", "embedder", "--variant", "fp32"],
+        env=environ, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines and all(line.startswith("qwen3-embedding-0.6b fp32: ") for line in lines), done.stderr
 
 
 def test_the_torch_backend_indexes_and_searches_like_onnx(capsys, env, tmp_path, monkeypatch):
     monkeypatch.setenv("PUREMIND_BACKEND", "torch")
     assert run(capsys, "index")[0] == 0
     fp, vectors = index_meta(tmp_path / "index.sqlite")
-    assert "|torch-fp32|" in fp and vectors > 0
+    assert fp.startswith(f"{DEFAULT_EMBEDDER}@") and vectors > 0
+    assert meta(tmp_path / "index.sqlite", "embed_precision") == "torch-fp32"
     code, out, err = run(capsys, "search", "grinder espresso", "--no-rerank", "--json")
     # BM25 ranks coffee.md first and only it matches the words, so RRF keeps it first whatever the
     # random-weight embedder says.

@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FakeEmbedder, write
+from conftest import FakeEmbedder, searcher_with, write
 from puremind.cjk import cjk_match_expression, cjk_terms, grams
 from puremind.config import load_settings, replace
 from puremind.errors import FingerprintMismatch, QueryError
 from puremind.indexer import index_vault
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.fusion import reciprocal_rank_fusion
-from puremind.retrieval.pipeline import Searcher
 from puremind.store import Store
 
 
@@ -98,7 +97,7 @@ def indexed(tmp_path: Path, vault: Path, fake_embedder: FakeEmbedder):
 
 def test_hybrid_search_with_the_reranker_gives_probabilities(indexed, fake_embedder):
     reranker = FakeReranker()
-    s = Searcher(indexed, embedder=fake_embedder, reranker=reranker)
+    s = searcher_with(indexed, embedder=fake_embedder, reranker=reranker)
     out = s.search("grinder espresso dose", 3)
     assert out.mode == "reranked" and out.hits[0].path == "coffee.md"
     assert all(0.0 <= h.score <= 1.0 for h in out.hits)
@@ -108,25 +107,25 @@ def test_hybrid_search_with_the_reranker_gives_probabilities(indexed, fake_embed
 
 def test_the_reranker_reads_only_the_first_rerank_chars_of_each_candidate(indexed, fake_embedder):
     reranker = FakeReranker()
-    s = Searcher(replace(indexed, rerank_chars=20), embedder=fake_embedder, reranker=reranker)
+    s = searcher_with(replace(indexed, rerank_chars=20), embedder=fake_embedder, reranker=reranker)
     s.search("grinder", 5)
     assert reranker.passages and all(len(p) <= 20 for p in reranker.passages)
 
 
 def test_without_the_reranker_scores_are_rrf_values(indexed, fake_embedder):
-    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     out = s.search("grinder espresso", 5)
     assert out.mode == "hybrid" and out.hits[0].path == "coffee.md"
     assert 0 < out.hits[0].score <= 3 / 61
 
 
 def test_lexical_only_gives_bm25_scores(indexed, fake_embedder):
-    out = Searcher(indexed, embedder=fake_embedder).search("grinder", 5, lexical_only=True)
+    out = searcher_with(indexed, embedder=fake_embedder).search("grinder", 5, lexical_only=True)
     assert out.mode == "lexical" and out.hits[0].score > 0.0
 
 
 def test_hybrid_search_matches_cjk_text_that_keyword_search_alone_misses(indexed, fake_embedder):
-    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     assert s.search("京都 旅館", 5, lexical_only=True).hits == []
     assert s.search("京都 旅館", 5).hits[0].path == "japan.md"
     assert s.search("서울", 5).hits[0].path == "korea.md"
@@ -134,17 +133,17 @@ def test_hybrid_search_matches_cjk_text_that_keyword_search_alone_misses(indexed
 
 def test_a_changed_embedder_is_refused(indexed):
     with pytest.raises(FingerprintMismatch, match="searches are refused"):
-        Searcher(indexed, embedder=FakeEmbedder(fingerprint="other"), rerank=False).search("grinder", 5)
+        searcher_with(indexed, embedder=FakeEmbedder(fingerprint="other"), rerank=False).search("grinder", 5)
 
 
 def test_an_empty_query_is_refused_before_any_model_loads(indexed):
-    s = Searcher(indexed, embedder=None)
+    s = searcher_with(indexed)
     with pytest.raises(QueryError):
         s.search("  ", 5)
 
 
 def test_the_dense_matrix_reloads_only_when_the_index_changed(indexed, fake_embedder, vault):
-    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     s.search("grinder", 5)
     s.search("deploy", 5)
     assert s.dense_loads == 1
@@ -157,7 +156,7 @@ def test_the_dense_matrix_reloads_only_when_the_index_changed(indexed, fake_embe
 
 
 def test_searches_during_writes_read_consistent_snapshots(indexed, fake_embedder, vault):
-    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     errors: list[BaseException] = []
     stop = threading.Event()
 
@@ -186,7 +185,7 @@ def test_searches_during_writes_read_consistent_snapshots(indexed, fake_embedder
 
 
 def test_a_long_lived_searcher_follows_an_index_file_that_was_deleted_and_made_again(indexed, fake_embedder, vault):
-    s = Searcher(indexed, rerank=False, embedder=fake_embedder)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     assert s.search("grinder", 5).hits
     for suffix in ("", "-wal", "-shm"):
         Path(str(indexed.db) + suffix).unlink(missing_ok=True)

@@ -24,19 +24,14 @@ if str(REPO) not in sys.path:
 
 from puremind.errors import ModelError  # noqa: E402
 from puremind.models import providers  # noqa: E402
-from puremind.models.onnx_backend import (  # noqa: E402
-    OnnxEmbedder,
-    OnnxReranker,
-    read_meta,
-    session_options,
-    sigmoid,
-)
+from puremind.models.batching import sigmoid  # noqa: E402
+from puremind.models.onnx_backend import OnnxEmbedder, OnnxReranker, read_meta, session_options  # noqa: E402
 from puremind.models.providers import COREML, CPU, CUDA, choose_variant, select_providers, select_torch_device  # noqa: E402
 from puremind.models.tokenize import ModelMeta, TextEncoder  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------
 # SWITCH: True = the stand-ins are exported by H-export's `puremind.export.export_model` (the real
-# export code, through hub.fetch and manifest.generic_spec). False = the fallback used before that
+# export code, through hub.fetch and folder_spec.generic_spec). False = the fallback used before that
 # existed: optimum's main_export + fp16 + per-channel int8 here, puremind_model.json written by hand.
 USE_EXPORT_MODEL = True
 # ---------------------------------------------------------------------------------------------------
@@ -124,7 +119,7 @@ def _export_with_puremind_export(src: Path, home: Path, meta: dict) -> dict[str,
     """The same artefacts through H-export's export_model (used when USE_EXPORT_MODEL is True)."""
     from puremind.export import export_model
     from puremind.models.hub import fetch
-    from puremind.models.manifest import generic_spec
+    from puremind.models.folder_spec import generic_spec
 
     keys = ("pooling", "query_prefix", "passage_prefix", "normalize") if meta["role"] == "embedder" else ()
     source = fetch(str(src), None, None)
@@ -340,6 +335,19 @@ def test_a_folder_without_an_exported_model_is_a_model_error(tmp_path):
 def test_an_embedder_folder_is_refused_as_a_reranker(standins):
     with pytest.raises(ModelError, match="not a reranker"):
         OnnxReranker(standins.qwen3_dirs["fp32"], providers=[CPU])
+
+
+def test_models_carry_the_languages_and_precision_they_are_built_with(standins):
+    from puremind.models.torch_backend import TorchEmbedder, TorchReranker
+
+    assert onnx_embedder(standins).languages == () and onnx_reranker(standins).languages == ()
+    assert onnx_embedder(standins, "int8").precision == "int8"  # the artefact's variant unless told
+    emb = onnx_embedder(standins, languages=("en", "de"), precision="fp16")
+    assert (emb.languages, emb.precision) == (("en", "de"), "fp16")
+    assert onnx_reranker(standins, languages=("multilingual",)).languages == ("multilingual",)
+    emb = TorchEmbedder(standins.qwen3, standins.qwen3_meta, max_tokens=64, fingerprint="t", languages=("en",))
+    assert (emb.languages, emb.precision, emb.loaded) == (("en",), "torch-fp32", False)
+    assert TorchReranker(standins.xlmr, standins.xlmr_meta, languages=("zh",)).languages == ("zh",)
 
 
 # ---- tokenization ----
@@ -580,7 +588,7 @@ def test_real_minilm_onnx_matches_sentence_transformers_mean_pooling(tmp_path):
 
 
 def test_the_torch_backend_takes_a_manifest_spec_and_the_auto_device(standins, torch_ref):
-    from puremind.models.manifest import generic_spec
+    from puremind.models.folder_spec import generic_spec
     from puremind.models.torch_backend import TorchEmbedder, TorchReranker
 
     spec = generic_spec(str(standins.qwen3), standins.qwen3, role="embedder",

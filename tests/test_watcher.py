@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 
 from conftest import FakeEmbedder, default_sigint, meta, write
 from puremind import cli
-from puremind.errors import FingerprintMismatch, IndexBusyError, VaultError
+from puremind.errors import FingerprintMismatch, IndexBusyError, PuremindError, VaultError
 from puremind.indexer import IndexLock, index_vault
 from puremind.store import Store
 from puremind.watcher import Timing, WatchError, Watcher, event_matters, path_matters
@@ -396,6 +397,33 @@ def test_a_vault_folder_replaced_at_its_path_is_followed(watching, vault, db, tm
     assert any("was replaced" in line or "is back" in line for line in w.lines)
 
 
+def test_a_vault_folder_swapped_for_one_holding_a_single_note_keeps_the_others_and_warns_once(
+    watching, vault, db, tmp_path
+):
+    for i in range(30):
+        write(vault, f"many/n{i}.md", f"# N{i}\n\nmanyword{i}\n")
+    w = watching()
+    w.wait_runs(1)
+    os.rename(vault, tmp_path / "vault-real")
+    vault.mkdir()
+    write(vault, "coffee.md", "# Coffee\n\nhalfthereword\n")
+    w.rec.wait_for(lambda: found(db, "halfthereword") == ["coffee.md"], "the swapped folder to be indexed")
+    w.rec.wait_for(lambda: settled(w), "the runs after the swap")
+    write(vault, "second.md", "# Second\n\nsecondword\n")
+    w.rec.wait_for(lambda: found(db, "secondword") == ["second.md"], "a later run in the swapped folder")
+    w.rec.wait_for(lambda: settled(w), "the runs after the second note")
+    assert len(indexed(db)) == 34  # nothing removed
+    assert all(report.removed == 0 for report in w.runs)
+    held = [line for line in w.lines if "indexed notes are missing from the vault" in line]
+    assert sum(report.kept_missing > 0 for report in w.runs) >= 2  # held at every run, said at the first
+    assert len(held) == 1 and held[0].startswith("warning: ") and "--allow-removals" in held[0]
+    # Back in place: the held notes are simply there again.
+    shutil.rmtree(vault)
+    os.rename(tmp_path / "vault-real", vault)
+    w.rec.wait_for(lambda: found(db, "halfthereword") == [] and settled(w), "the real folder to be indexed")
+    assert_same_as_fresh_index(vault, db, tmp_path)
+
+
 def test_a_vault_folder_that_goes_away_is_waited_for_and_followed_when_made_again(watching, vault, db, tmp_path):
     w = watching()
     w.wait_runs(1)
@@ -429,6 +457,168 @@ def test_a_failing_run_is_one_line_and_watching_goes_on(watching, vault, db):
     assert "index runs work again" in w.lines
 
 
+def test_after_runs_failed_the_first_run_that_works_again_watches_the_folder_anew(watching, vault, db):
+    from watchdog.observers import Observer
+
+    failing = {"on": False}
+
+    class Deaf(Observer):
+        """Starts and stays alive but hears nothing: a folder watched while it could not be read, on a backend
+        that does not say so."""
+
+        def schedule(self, *args, **kwargs):
+            return None
+
+    def index_fn(*args, **kwargs):
+        if failing["on"]:
+            raise VaultError(f"cannot list the vault folder {vault}: Permission denied")
+        return index_vault(*args, **kwargs)
+
+    w = watching(index_fn=index_fn, observer_factory=lambda: Deaf() if failing["on"] else Observer())
+    w.wait_runs(1)
+    failing["on"] = True
+    write(vault, "coffee.md", "# Coffee\n\nduring the failures\n")
+    w.rec.wait_for(lambda: len(w.rec.of("run_failed")) >= 2, "runs to fail")
+    # The failure's attempt to watch anew made a deaf observer.
+    w.rec.wait_for(lambda: [k for _, k, _ in w.rec.events if k in ("run_failed", "armed")][-1] == "armed",
+                   "the watch anew after a failure")
+    failing["on"] = False
+    w.wait_runs(2, "a run that works again")
+    assert "index runs work again" in w.lines
+    write(vault, "coffee.md", "# Coffee\n\nafterwardsword\n")
+    w.rec.wait_for(lambda: found(db, "afterwardsword") == ["coffee.md"], "an edit after the recovery to be indexed")
+
+
+# A watch in a child process, printing what it sees, so that it can run as a user whom permissions bind.
+_CHILD_WATCH = """
+import sys
+from pathlib import Path
+from puremind.watcher import Timing, Watcher
+
+def show(*parts):
+    print(*parts, flush=True)
+
+timing = Timing(debounce=0.1, max_delay=5.0, poll=0.05, retry=0.3, busy_retry=0.05)
+watcher = Watcher(Path(sys.argv[1]), Path(sys.argv[2]), timing=timing, say=lambda line: show("say", line),
+                  notice=lambda line: show("say", line),
+                  on_event=lambda kind, detail: show("event", kind, *((detail.added, detail.changed) if kind == "run" else ())))
+watcher.run()
+"""
+
+
+@pytest.fixture
+def as_unprivileged():
+    """(command prefix, uid to own the index folder, base folder): runs a child as a user whom chmod binds, `nobody`
+    through setpriv when the suite runs as root (root reads a chmod-000 folder and watches it), else ourselves."""
+    prefix: list[str] = []
+    uid = None
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: cannot run a watch as a user that permissions bind")
+        prefix, uid = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"], 65534
+        probe = subprocess.run([*prefix, sys.executable, "-c", "import puremind.watcher"], cwd="/",
+                               env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip("user nobody cannot run this Python or import puremind")
+    base = Path(tempfile.mkdtemp(prefix="pm-watch-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    os.chmod(base, 0o755)
+    try:
+        yield prefix, uid, base
+    finally:
+        for dirpath, dirnames, _ in os.walk(base):
+            for d in dirnames:
+                os.chmod(os.path.join(dirpath, d), 0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_vault_folder_that_was_unreadable_for_a_while_is_watched_anew_once_it_can_be_read(as_unprivileged):
+    prefix, uid, base = as_unprivileged
+    vault, home = base / "vault", base / "home"
+    write(vault, "coffee.md", "# Coffee\n\nThe grinder setting is 2.4.\n")
+    write(vault, "sub/deploy.md", "# Deploy\n\nRoll back with the deploy script.\n")
+    write(vault, "locked/plan.md", "# Plan\n\nA plan kept private for now.\n")
+    for folder in (vault, vault / "sub"):
+        os.chmod(folder, 0o755)
+    os.chmod(vault / "locked", 0)  # a subfolder that cannot be watched (nor listed) at first
+    home.mkdir()
+    if uid is not None:
+        os.chown(home, uid, uid)
+    db = home / "index.sqlite"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PUREMIND_")}
+    env.update(PUREMIND_HOME=str(home), PUREMIND_EMBED_MODEL="none", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([*prefix, sys.executable, "-c", _CHILD_WATCH, str(vault), str(db)], cwd="/", env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    cond = threading.Condition()
+
+    def read() -> None:
+        for line in iter(proc.stdout.readline, ""):
+            with cond:
+                seen.append(line.rstrip("\n"))
+                cond.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def wait_for(predicate, what: str) -> None:
+        deadline = time.monotonic() + DEADLINE
+        with cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0 or proc.poll() is not None:
+                    raise AssertionError(f"timed out waiting for {what}; the watch printed: {seen[-30:]}")
+                cond.wait(min(left, 0.2))
+
+    def count(kind: str, since: int = 0) -> int:
+        return sum(line.split()[:2] == ["event", kind] for line in seen[since:])
+
+    def added(since: int) -> int:
+        return sum(int(line.split()[2]) for line in seen[since:] if line.startswith("event run "))
+
+    def changed(since: int) -> int:
+        return sum(int(line.split()[3]) for line in seen[since:] if line.startswith("event run "))
+
+    try:
+        wait_for(lambda: count("run") >= 1, "the first run")
+        os.chmod(vault, 0)
+        # More than one retry period unreadable: runs fail, and watching anew fails too while it lasts.
+        wait_for(lambda: count("run_failed") >= 3, "runs to fail while the folder is unreadable")
+        with cond:
+            third = [i for i, line in enumerate(seen) if line.startswith("event run_failed")][2]
+        # ... and the attempt to watch anew that follows a failure has been made while it was unreadable.
+        wait_for(lambda: count("armed", third) + count("disarmed", third) >= 1, "an attempt to watch anew")
+        os.chmod(vault, 0o755)
+        wait_for(lambda: "say index runs work again" in seen, "a run to succeed again")
+        since = len(seen)
+        write(vault, "coffee.md", "# Coffee\n\nThe grinder is now a zephyrmill.\n")
+        write(vault, "sub/deploy.md", "# Deploy\n\nRoll back with the quokkascript.\n")
+        # The child owns the index: look into it once the child has stopped (root would make files it cannot use).
+        wait_for(lambda: changed(since) >= 2, "the edits after the folder was readable again to be indexed")
+        # A subfolder that could not be watched is watched once it can be read: its notes, then edits to them.
+        since = len(seen)
+        os.chmod(vault / "locked", 0o755)
+        wait_for(lambda: added(since) >= 1, "the notes of the subfolder to be indexed once it can be read")
+        since = len(seen)
+        write(vault, "locked/plan.md", "# Plan\n\nThe plan is a wombatfeast.\n")
+        wait_for(lambda: changed(since) >= 1, "an edit in the subfolder to be indexed")
+    finally:
+        os.chmod(vault, 0o755)
+        proc.terminate()
+        try:
+            proc.wait(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reader.join(DEADLINE)
+    err = proc.stderr.read()
+    assert "Traceback" not in err, err
+    assert found(db, "zephyrmill") == ["coffee.md"] and found(db, "quokkascript") == ["sub/deploy.md"]
+    assert found(db, "wombatfeast") == ["locked/plan.md"]
+    failed = [line for line in seen if "index run failed" in line]
+    assert len(failed) == 1, failed  # one line for the whole episode
+
+
 # -- fatal conditions ------------------------------------------------------------------------------------
 
 
@@ -445,15 +635,22 @@ def test_a_watch_embeds_changes_with_the_model_it_was_given(watching, vault, db,
         store.close()
 
 
-def test_a_rebuild_with_another_model_stops_the_watch_with_exit_2_and_keeps_the_rebuilt_index(
-    capsys, vault, db, monkeypatch
-):
-    import puremind.services
+def test_a_rebuild_with_another_model_stops_the_watch_with_exit_2_and_keeps_the_rebuilt_index(vault, db):
+    from puremind.config import load_settings
+    from puremind.models.lazy import Models
+    from puremind.services import run_watch
 
     old = FakeEmbedder("model-a")
-    monkeypatch.setattr(puremind.services, "load_embedder_for_index", lambda settings, notice: old)
+    settings = load_settings({"vault": vault, "db": db})
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("code", cli.run(["watch", str(vault), "--debounce", "0.1"])))
+
+    def watch() -> None:
+        try:
+            run_watch(settings, debounce=0.1, say=lambda _: None, notice=lambda _: None, models=Models.given(old))
+        except PuremindError as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=watch)
     thread.start()
     # What `puremind index --rebuild` does with the new model, as soon as the watch's first run lets it.
     deadline = time.monotonic() + DEADLINE
@@ -476,9 +673,9 @@ def test_a_rebuild_with_another_model_stops_the_watch_with_exit_2_and_keeps_the_
     write(vault, "coffee.md", "# Coffee\n\nafter the model change\n")
     thread.join(DEADLINE)
     assert not thread.is_alive()
-    err = capsys.readouterr().err
-    assert result["code"] == 2
-    assert "error: the index was rebuilt with another embedding model" in err and "restart `puremind watch`" in err
+    error = result["error"]
+    assert isinstance(error, FingerprintMismatch) and error.exit_code == 2
+    assert "the index was rebuilt with another embedding model" in error.message and "restart `puremind watch`" in error.hint
     assert meta(db, "embed_fingerprint") == "model-b"
     store = Store.open(db, create=False)
     try:
@@ -792,3 +989,27 @@ def test_after_a_storm_of_edits_renames_deletes_a_bulk_copy_and_a_replaced_folde
 
     w.rec.wait_for(lambda: settled(w), "a run after the storm", timeout=30)
     assert_same_as_fresh_index(vault, db, tmp_path)
+
+
+def test_a_watch_that_starts_while_an_index_run_creates_the_index_waits_for_it(vault, db):
+    # `puremind index` creating a new index holds SQLite's write lock before the file has a schema: the watch's
+    # early model check must not end the watch with "busy" (it did, as a race in CI); the run waits for the lock.
+    import sqlite3
+
+    from puremind.config import load_settings
+    from puremind.models.lazy import Models
+    from puremind.services import embedder_for_index
+    from puremind.store import files
+
+    files.make_parent(db)
+    files.create_file(db)
+    creating = sqlite3.connect(str(db), isolation_level=None)
+    creating.execute("BEGIN IMMEDIATE")
+    creating.execute("CREATE TABLE being_made (a)")
+    try:
+        embedder = FakeEmbedder("model-a")
+        settings = load_settings({"vault": vault, "db": db})
+        assert embedder_for_index(settings, Models.given(embedder), lambda _: None) is embedder
+    finally:
+        creating.execute("ROLLBACK")
+        creating.close()

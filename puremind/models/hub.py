@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from puremind.errors import ModelError
+from puremind.messages import to_stderr as _to_stderr
+from puremind.models.base import ModelsUnavailable
 
 #: A model name starting with one of these is a local folder; anything else is a hub id. Exactly these, so that
 #: a folder in the working directory that happens to be named like a hub id is never picked up.
@@ -175,6 +177,30 @@ def _missing(folder: Path, files: tuple[str, ...] | None) -> list[str]:
     return missing
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """True when `exc` says the hub could not be reached at all (no connection, no answer in time)."""
+    return _network_failure(exc) is not None
+
+
+#: Transport errors of requests/urllib3 (huggingface_hub 0.x) and httpx/httpx2 (1.x, 2.x) that mean "no
+#: connection", matched by class name anywhere in the exception's MRO, so that no HTTP library has to be installed
+#: (hub 2.x no longer brings requests) or imported to tell them apart.
+_UNREACHABLE_NAMES = frozenset(
+    {"ConnectionError", "ConnectError", "NetworkError", "ProxyError", "NewConnectionError", "NameResolutionError",
+     "MaxRetryError", "gaierror"}
+)
+
+
+def _network_failure(exc: BaseException) -> str | None:
+    """"timeout" (no answer in time), "unreachable" (no connection) or None (not a transport failure)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, TimeoutError) or any("Timeout" in n for n in names):
+        return "timeout"
+    if isinstance(exc, ConnectionError) or names & _UNREACHABLE_NAMES:
+        return "unreachable"
+    return None
+
+
 def _fetch_hub(
     name: str, revision: str | None, files: tuple[str, ...] | None, progress: Progress | None
 ) -> ModelSource:
@@ -201,15 +227,16 @@ def _fetch_hub(
             return ModelSource(name=name, path=folder, revision=folder.name, local=False)
     if offline:
         setting = f"{offline}={os.environ[offline]}"
+        # Cannot be had here (not a broken model): searches go on without it, `index` says what to do.
         if folder is None:
-            raise ModelError(
+            raise ModelsUnavailable(
                 f"{label} is not in the Hugging Face cache ({cache}) and {setting} forbids downloading it",
-                hint=f"unset {offline} once to download it, or point HF_HUB_CACHE at a cache that holds it",
+                hint=f"unset {offline} where there is network to download it once, or point HF_HUB_CACHE at a cache that holds it",
             )
-        raise ModelError(
+        raise ModelsUnavailable(
             f"the cached copy of {name} ({folder.name[:12]}) lacks {', '.join(missing)}, "
             f"and {setting} forbids downloading {'it' if len(missing) == 1 else 'them'}",
-            hint=f"unset {offline} once to complete it",
+            hint=f"unset {offline} where there is network to complete it",
         )
 
     if folder is not None:
@@ -221,7 +248,7 @@ def _fetch_hub(
         what = f"{len(files)} files" if files else "config, tokenizer and safetensors weights"
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         # Read once, when huggingface_hub was imported: it would refuse every request now.
-        raise ModelError(
+        raise ModelsUnavailable(
             f"cannot download {label}: huggingface_hub was imported while HF_HUB_OFFLINE was set",
             hint="start pureMind without HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) to download it",
         )
@@ -243,17 +270,23 @@ def _fetch_hub(
     except hf_errors.RevisionNotFoundError as exc:
         raise ModelError(f"{name} has no revision {target!r} on the Hugging Face hub") from exc
     except hf_errors.OfflineModeIsEnabled as exc:
-        raise ModelError(
+        raise ModelsUnavailable(
             f"cannot download {label}: huggingface_hub was imported while HF_HUB_OFFLINE was set",
             hint="start pureMind without HF_HUB_OFFLINE to download it",
         ) from exc
-    except (hf_errors.HfHubHTTPError, OSError, ValueError) as exc:
+    except Exception as exc:
+        # httpx's errors (huggingface_hub 1.x, 2.x) are no OSErrors and may come unwrapped; anything else goes up.
+        if not isinstance(exc, (hf_errors.HfHubHTTPError, OSError, ValueError)) and _network_failure(exc) is None:
+            raise
         # requests' errors are OSErrors. LocalEntryNotFoundError here means the hub could not be reached; the
         # network error it wraps says why.
         reason = exc.__cause__ if isinstance(exc, hf_errors.LocalEntryNotFoundError) and exc.__cause__ else exc
-        raise ModelError(
+        # The hub out of reach: the model cannot be had here (searches go on without it); any other failure
+        # (an HTTP error, a bad answer) is an error.
+        unreachable = isinstance(exc, hf_errors.LocalEntryNotFoundError) or _unreachable(reason)
+        raise (ModelsUnavailable if unreachable else ModelError)(
             f"cannot download {label} from the Hugging Face hub: {_describe(reason)}",
-            hint="check the network connection, or set HF_HUB_OFFLINE=1 to use only models already cached",
+            hint="check the network connection (and proxy settings)",
         ) from exc
 
     still_missing = _missing(got, files)
@@ -267,11 +300,10 @@ def _fetch_hub(
 
 def _describe(exc: BaseException) -> str:
     """One line on why a download failed; urllib3's nested reprs of a connection error say nothing more."""
-    import requests
-
-    if isinstance(exc, requests.exceptions.Timeout):
+    kind = _network_failure(exc)
+    if kind == "timeout":
         return f"the hub did not answer in time ({type(exc).__name__})"
-    if isinstance(exc, requests.exceptions.ConnectionError):
+    if kind == "unreachable":
         return f"the hub cannot be reached ({type(exc).__name__})"
     return _first_line(exc)
 
@@ -280,8 +312,3 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else type(exc).__name__
     return line if len(line) <= 200 else line[:197] + "..."
-
-
-def _to_stderr(message: str) -> None:
-    # stdout belongs to JSON-RPC in `serve`.
-    print(message, file=sys.stderr, flush=True)

@@ -1,9 +1,10 @@
-"""From settings to a ready Embedder or Reranker: manifest or generic spec, exported artefacts, backend.
+"""From a ModelChoice to a ready Embedder or Reranker: manifest or generic spec, exported artefacts, backend.
 
-The ONNX path needs only the exported artefacts under PUREMIND_HOME/models (the Hugging Face cache is not read
-again once a pinned model is exported). When the artefact a device needs is missing, it is exported on the spot
-if the [export] extra is installed; otherwise the error says which command to run. Nothing here loads a model
-into memory: the backends open their sessions on first use.
+The ONNX path needs only the exported artefacts under <home>/models (the Hugging Face cache is not read again
+once a pinned model is exported). When the artefact a device needs is missing, the caller's `obtain` is asked for
+it (the application layer exports it there when the [export] extra is installed); without one the error says
+which command to run. This module never imports the export step. Nothing here loads a model into memory: the
+backends open their sessions on first use.
 """
 
 from __future__ import annotations
@@ -15,14 +16,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from puremind.config import Settings
 from puremind.errors import ModelError
-from puremind.models.base import Embedder, ModelsUnavailable, Reranker, SemanticOff
-from puremind.models.manifest import ModelSpec, generic_spec, load_manifest
+from puremind.fingerprint import index_mismatch, vector_identity
+from puremind.models.base import Embedder, ModelsUnavailable, Reranker
+from puremind.models.folder_spec import generic_spec
+from puremind.models.manifest import ModelSpec, load_manifest
 
 Progress = Callable[[str], None]
 
 EXPORT_HINT = "pip install 'puremind[export]' (it brings torch and Optimum for this one step), then run `puremind export-models`"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """What the model layer needs to find and load one configured model (the application layer builds it from
+    the settings): its role, name (hub id or local folder) and revision, where exported models live, and how to
+    run it. `pooling`, `query_prefix` and `max_tokens` apply to an embedder, `max_chars` to a reranker."""
+
+    role: str  # "embedder" or "reranker"
+    name: str
+    home: Path
+    revision: str | None = None
+    backend: str = "onnx"
+    device: str = "auto"
+    variant: str = "auto"
+    pooling: str = "auto"
+    query_prefix: str | None = None
+    max_tokens: int = 2048
+    max_chars: int = 800
 
 
 @dataclass(frozen=True)
@@ -35,19 +56,19 @@ class Resolved:
     source: object | None  # puremind.models.hub.ModelSource
 
 
-def _overrides(settings: Settings, role: str) -> dict:
-    if role != "embedder":
+def _overrides(choice: ModelChoice) -> dict:
+    if choice.role != "embedder":
         return {}
     out: dict = {}
-    if settings.pooling != "auto":
-        out["pooling"] = settings.pooling
-    if settings.query_prefix is not None:
-        out["query_prefix"] = settings.query_prefix
+    if choice.pooling != "auto":
+        out["pooling"] = choice.pooling
+    if choice.query_prefix is not None:
+        out["query_prefix"] = choice.query_prefix
     return out
 
 
-def resolve(settings: Settings, role: str, *, progress: Progress | None = None) -> Resolved:
-    """The spec and revision of the configured embedder or reranker.
+def resolve(choice: ModelChoice, *, progress: Progress | None = None) -> Resolved:
+    """The spec and revision of the chosen embedder or reranker.
 
     A pinned manifest model is resolved without touching the disk or the network. Another hub model or a local
     folder is looked up with `hub.fetch` (cache first; a download only when missing and online).
@@ -57,9 +78,8 @@ def resolve(settings: Settings, role: str, *, progress: Progress | None = None) 
     """
     from puremind.models import hub
 
-    name = settings.embedder if role == "embedder" else settings.reranker
-    revision = settings.embedder_revision if role == "embedder" else settings.reranker_revision
-    overrides = _overrides(settings, role)
+    name, revision, role = choice.name, choice.revision, choice.role
+    overrides = _overrides(choice)
     if not hub.is_local_name(name):
         spec = load_manifest().by_hub_id(name)
         if spec is not None:
@@ -73,180 +93,215 @@ def resolve(settings: Settings, role: str, *, progress: Progress | None = None) 
     return Resolved(spec=spec, revision=source.revision, source=source)
 
 
-def fingerprint(resolved: Resolved, variant: str, settings: Settings) -> str:
-    """Identity of the vectors an embedder makes: vectors with another fingerprint are never compared."""
+def fingerprint(resolved: Resolved, choice: ModelChoice) -> str:
+    """Identity of the vectors an embedder makes: vectors with another fingerprint are never compared.
+
+    Model, revision, pooling, normalisation, prefixes and token limit; not the precision or the backend (fp32,
+    fp16 and int8 of one model embed into the same space, cosine 0.998), which is recorded apart.
+    """
     spec = resolved.spec
     prefix = hashlib.sha256(spec.query_prefix.encode("utf-8")).hexdigest()[:12]
     passage = hashlib.sha256(spec.passage_prefix.encode("utf-8")).hexdigest()[:12]
-    max_tokens = min(settings.embed_max_seq, spec.max_tokens)
+    max_tokens = min(choice.max_tokens, spec.max_tokens)
     return (
-        f"{spec.hub_id}@{resolved.revision}|{variant}|pool={spec.pooling}|norm={int(spec.normalize)}"
+        f"{spec.hub_id}@{resolved.revision}|pool={spec.pooling}|norm={int(spec.normalize)}"
         f"|q={prefix}|p={passage}|max={max_tokens}"
     )
 
 
-def _providers(settings: Settings) -> list[str]:
+def configured_fingerprint(choice: ModelChoice) -> str | None:
+    """The fingerprint the chosen embedder will have, when that can be known without the disk or the network:
+    a pinned manifest model (settings overrides included). None for other models."""
+    from puremind.models import hub
+
+    if hub.is_local_name(choice.name):
+        return None
+    spec = load_manifest().by_hub_id(choice.name)
+    if spec is None or spec.role != "embedder":
+        return None
+    return fingerprint(resolve(choice), choice)
+
+
+def check_index_embedder(choice: ModelChoice, stored: str | None, *, doing: str = "searches are refused") -> None:
+    """Compare the configured embedder with the fingerprint of an index's vectors, BEFORE anything is fetched,
+    exported or loaded: a pinned model by its whole fingerprint, another hub model or local folder by name (and
+    by revision when one is pinned in the settings). What cannot be known cheaply is checked after loading.
+
+    Raises:
+        FingerprintMismatch: the index holds vectors of another model or settings (both are named).
+    """
+    if stored is None or "@" not in stored.split("|", 1)[0]:
+        return  # no vectors, or a fingerprint not written by this loader
+    expected = configured_fingerprint(choice)
+    if expected is not None:
+        if vector_identity(stored) != vector_identity(expected):
+            raise index_mismatch(stored, expected, doing=doing)
+        return
+    from puremind.models import hub
+
+    name, _, revision = stored.split("|", 1)[0].rpartition("@")
+    pinned = choice.revision
+    wanted_revision = pinned if pinned and len(pinned) == 40 else None
+    same_name = name == choice.name if hub.is_local_name(name) else name.casefold() == choice.name.casefold()
+    if not same_name or (wanted_revision is not None and revision != wanted_revision):
+        configured = f"{choice.name}@{wanted_revision}" if wanted_revision else choice.name
+        raise index_mismatch(stored, configured, doing=doing)
+
+
+def _providers(choice: ModelChoice) -> list[str]:
     from puremind.models.providers import available_providers, select_providers
 
-    return select_providers(settings.device, available_providers(), platform.system(), platform.machine())
+    return select_providers(choice.device, available_providers(), platform.system(), platform.machine())
 
 
-def _variant(settings: Settings, resolved: Resolved, providers: Sequence[str]) -> str:
+def _variant(choice: ModelChoice, resolved: Resolved, providers: Sequence[str]) -> str:
     from puremind.models.artefacts import list_variants
     from puremind.models.providers import choose_variant
 
-    if settings.variant != "auto":
-        if settings.variant not in resolved.spec.variants:
+    if choice.variant != "auto":
+        if choice.variant not in resolved.spec.variants:
             raise ModelError(
-                f"variant {settings.variant!r} is not defined for {resolved.spec.hub_id}",
+                f"variant {choice.variant!r} is not defined for {resolved.spec.hub_id}",
                 hint="defined: " + ", ".join(sorted(resolved.spec.variants)),
             )
-        return settings.variant
-    present = list_variants(settings.home, resolved.spec.key, resolved.revision)
+        return choice.variant
+    present = list_variants(choice.home, resolved.spec.key, resolved.revision)
     onnx_variants = [v for v in resolved.spec.variants if v != "coreml"]
     return choose_variant(providers, present or onnx_variants, resolved.spec.default_variant)
 
 
-def ensure_artefact(settings: Settings, resolved: Resolved, variant: str, *, progress: Progress | None = None) -> Path:
-    """The folder of an exported, verified ONNX variant, exporting it first when needed and possible.
+#: How the application layer obtains an ONNX variant that is not exported yet: (choice, resolved, variant,
+#: progress) -> the folder of the verified export. It raises ModelsUnavailable when it cannot (no [export] extra).
+Obtain = Callable[[ModelChoice, Resolved, str, "Progress | None"], Path]
+
+
+def source_of(resolved: Resolved, *, progress: Progress | None = None):
+    """The model's files (hub.ModelSource): the folder already looked up, else the pinned snapshot from the cache
+    (downloaded when missing and online).
 
     Raises:
-        ModelsUnavailable: not exported and the [export] extra is not installed (the message says what to run).
+        ModelsUnavailable: not cached and no network to download it.
+        ModelError: the model cannot be found or fetched.
+    """
+    from puremind.models import hub
+
+    if resolved.source is not None:
+        return resolved.source
+    return hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
+
+
+def ensure_artefact(choice: ModelChoice, resolved: Resolved, variant: str, *, obtain: Obtain | None = None,
+                    progress: Progress | None = None) -> Path:
+    """The folder of an exported, verified ONNX variant; one that is missing comes from `obtain`.
+
+    Raises:
+        ModelsUnavailable: not exported and nothing can export it here (the message says what to run).
         ModelError: the export or the verification failed.
     """
     from puremind.models.artefacts import artefact_dir, read_artefact
 
-    folder = artefact_dir(settings.home, resolved.spec.key, resolved.revision, variant)
+    folder = artefact_dir(choice.home, resolved.spec.key, resolved.revision, variant)
     if (folder / "puremind_model.json").is_file():
         read_artefact(folder, verify=True)
         return folder
-    try:
-        from puremind.export import export_available, export_model
-    except ImportError:  # pragma: no cover - the export package ships with puremind
-        export_available = None
-    if export_available is None or not export_available():
+    if obtain is None:
         raise ModelsUnavailable(
             f"{resolved.spec.hub_id} is not exported for ONNX Runtime yet ({variant})",
-            hint=EXPORT_HINT,
+            hint=EXPORT_HINT,  # load_embedder / load_reranker add the other ways forward
         )
+    return obtain(choice, resolved, variant, progress)
+
+
+def ways_forward(choice: ModelChoice, first: str | None = None) -> str:
+    """One hint line naming every way forward for a model that cannot be had here; `first` (the specific
+    remedy, e.g. "unset HF_HUB_OFFLINE ...") leads."""
     from puremind.models import hub
 
-    source = resolved.source
-    if source is None:
-        source = hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
-    if progress is not None:
-        progress(f"exporting {resolved.spec.hub_id} ({variant}) once; later runs load the export")
-    paths = export_model(resolved.spec, source, settings.home, [variant], progress=progress or _stderr)
-    return paths[variant]
+    role = choice.role
+    pinned = not hub.is_local_name(choice.name) and load_manifest().by_hub_id(choice.name) is not None
+    models = choice.home / "models"
+    parts = [first] if first else []
+    if pinned and choice.backend != "torch":
+        # The ONNX runtime reads nothing but these folders for a pinned model: a copy is enough.
+        parts.append(f"run `puremind export-models` on a machine with network and copy its ~/.puremind/models "
+                     f"folder to {models}")
+        parts.append(f"set [models] {role} to a local model folder")
+    else:
+        parts.append(f"download the model on a machine with network, copy its folder here and set [models] {role} "
+                     "to that local model folder")
+    if role == "embedder":
+        parts.append('set [models] embedder = "none" (PUREMIND_EMBED_MODEL=none) for keyword search only')
+    else:
+        parts.append("search without reranking: --no-rerank, or [retrieval] rerank = false")
+    return "; or ".join(parts)
 
 
-def _stderr(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr, flush=True)
+def _unavailable(choice: ModelChoice, exc: ModelsUnavailable) -> ModelsUnavailable:
+    return ModelsUnavailable(exc.message, hint=ways_forward(choice, exc.hint))
 
 
-def load_embedder(settings: Settings, *, progress: Progress | None = None) -> Embedder:
-    """The configured embedder, ready to embed (its model loads on the first call).
+def load_embedder(choice: ModelChoice, *, obtain: Obtain | None = None, progress: Progress | None = None) -> Embedder:
+    """The chosen embedder, ready to embed (its model loads on the first call).
 
     Raises:
-        SemanticOff: semantic search is off (`embedder = "none"`).
-        ModelsUnavailable: the model is not exported and cannot be here.
+        ModelsUnavailable: the model cannot be had here (not cached and no network to download it, or not
+            exported and nothing to export it); the hint names the ways forward.
         ModelError: the model cannot be found, fetched, exported or verified.
     """
-    if not settings.semantic:
-        raise SemanticOff('semantic search is off (embedder = "none"): keyword search only')
-    resolved = resolve(settings, "embedder", progress=progress)
+    try:
+        return _load_embedder(choice, obtain, progress)
+    except ModelsUnavailable as exc:
+        raise _unavailable(choice, exc) from exc
+
+
+def _load_embedder(choice: ModelChoice, obtain: Obtain | None, progress: Progress | None) -> Embedder:
+    resolved = resolve(choice, progress=progress)
     if resolved.spec.role != "embedder":
-        raise ModelError(f"{settings.embedder} is not an embedding model")
-    max_tokens = min(settings.embed_max_seq, resolved.spec.max_tokens)
-    if settings.backend == "torch":
-        from puremind.models import hub
+        raise ModelError(f"{choice.name} is not an embedding model")
+    max_tokens = min(choice.max_tokens, resolved.spec.max_tokens)
+    fp = fingerprint(resolved, choice)
+    languages = resolved.spec.languages
+    if choice.backend == "torch":
         from puremind.models.torch_backend import TorchEmbedder
 
-        source = resolved.source or hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
-        return _with_languages(TorchEmbedder(
-            source.path, resolved.spec, device=settings.device, max_tokens=max_tokens,
-            fingerprint=fingerprint(resolved, "torch-fp32", settings),
-        ), resolved)
+        source = source_of(resolved, progress=progress)
+        return TorchEmbedder(source.path, resolved.spec, device=choice.device, max_tokens=max_tokens, fingerprint=fp,
+                             languages=languages, precision="torch-fp32")
     from puremind.models.onnx_backend import OnnxEmbedder
 
-    providers = _providers(settings)
-    variant = _variant(settings, resolved, providers)
-    folder = ensure_artefact(settings, resolved, variant, progress=progress)
-    return _with_languages(OnnxEmbedder(
-        folder, providers=providers, max_tokens=max_tokens, fingerprint=fingerprint(resolved, variant, settings)
-    ), resolved)
+    providers = _providers(choice)
+    variant = _variant(choice, resolved, providers)
+    folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
+    return OnnxEmbedder(folder, providers=providers, max_tokens=max_tokens, fingerprint=fp, languages=languages,
+                        precision=variant)
 
 
-def load_reranker(settings: Settings, *, progress: Progress | None = None) -> Reranker:
-    """The configured cross-encoder, ready to score (its model loads on the first call).
+def load_reranker(choice: ModelChoice, *, obtain: Obtain | None = None, progress: Progress | None = None) -> Reranker:
+    """The chosen cross-encoder, ready to score (its model loads on the first call).
 
     Raises:
-        ModelsUnavailable: not exported and the [export] extra is not installed.
+        ModelsUnavailable: the model cannot be had here (not cached and no network to download it, or not
+            exported and nothing to export it); the hint names the ways forward, --no-rerank among them.
         ModelError: the model cannot be found, fetched, exported or verified.
     """
-    resolved = resolve(settings, "reranker", progress=progress)
-    if settings.backend == "torch":
-        from puremind.models import hub
+    try:
+        return _load_reranker(choice, obtain, progress)
+    except ModelsUnavailable as exc:
+        raise _unavailable(choice, exc) from exc
+
+
+def _load_reranker(choice: ModelChoice, obtain: Obtain | None, progress: Progress | None) -> Reranker:
+    resolved = resolve(choice, progress=progress)
+    languages = resolved.spec.languages
+    if choice.backend == "torch":
         from puremind.models.torch_backend import TorchReranker
 
-        source = resolved.source or hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
-        return _with_languages(
-            TorchReranker(source.path, resolved.spec, device=settings.device, max_chars=settings.rerank_chars), resolved
-        )
+        source = source_of(resolved, progress=progress)
+        return TorchReranker(source.path, resolved.spec, device=choice.device, max_chars=choice.max_chars,
+                             languages=languages)
     from puremind.models.onnx_backend import OnnxReranker
 
-    providers = _providers(settings)
-    variant = _variant(settings, resolved, providers)
-    folder = ensure_artefact(settings, resolved, variant, progress=progress)
-    return _with_languages(OnnxReranker(folder, providers=providers, max_chars=settings.rerank_chars), resolved)
-
-
-def _with_languages(model, resolved: Resolved):
-    """`model` carrying the languages its spec declares (the Searcher leaves it out for a query it cannot read)."""
-    model.languages = resolved.spec.languages
-    return model
-
-
-def export_configured(
-    settings: Settings,
-    *,
-    variants: Sequence[str] | None = None,
-    coreml: bool | None = None,
-    roles: Sequence[str] = ("embedder", "reranker"),
-    force: bool = False,
-    progress: Progress = _stderr,
-) -> list[tuple[str, str, Path]]:
-    """`puremind export-models`: fetch and export the configured models. Returns (model, variant, folder) rows.
-
-    Raises:
-        ModelError: the [export] extra is missing, or a model cannot be fetched or exported.
-    """
-    from puremind.export import export_available, export_model
-    from puremind.models import hub
-
-    if not export_available():
-        raise ModelError("the export step needs the [export] extra (torch, Optimum)", hint=EXPORT_HINT.split(", then")[0])
-    if coreml is None:
-        coreml = platform.system() == "Darwin" and platform.machine() == "arm64"
-    done: list[tuple[str, str, Path]] = []
-    for role in roles:
-        if role == "embedder" and not settings.semantic:
-            continue
-        resolved = resolve(settings, role, progress=progress)
-        source = resolved.source or hub.fetch(resolved.spec.hub_id, resolved.revision, resolved.spec.files, progress=progress)
-        wanted = list(variants) if variants else [v for v in resolved.spec.variants if v != "coreml"]
-        unknown = [v for v in wanted if v not in resolved.spec.variants]
-        if unknown:
-            raise ModelError(
-                f"unknown variant {', '.join(unknown)} for {resolved.spec.hub_id}",
-                hint="defined: " + ", ".join(sorted(resolved.spec.variants)),
-            )
-        paths = export_model(resolved.spec, source, settings.home, wanted, progress=progress, force=force)
-        done += [(resolved.spec.hub_id, v, p) for v, p in paths.items()]
-        if coreml and "coreml" in resolved.spec.variants:
-            from puremind.export import export_coreml
-
-            done.append((resolved.spec.hub_id, "coreml", export_coreml(resolved.spec, source, settings.home, progress=progress)))
-    return done
+    providers = _providers(choice)
+    variant = _variant(choice, resolved, providers)
+    folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
+    return OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages)

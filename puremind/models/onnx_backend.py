@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from puremind.errors import ModelError
+from puremind.models.batching import BatchedEmbedder, BatchedReranker, LoadsOnFirstUse, model_inputs
 from puremind.models.tokenize import Batch, ModelMeta, TextEncoder, read_json
 
 log = logging.getLogger("puremind.models")
@@ -123,18 +124,7 @@ class _LazySession:
             ModelError: the graph wants an input pureMind does not know how to make, or the run fails.
         """
         session = self.get()
-        feeds: dict[str, np.ndarray] = {}
-        for name in self.input_names:
-            if name == "input_ids":
-                feeds[name] = batch.input_ids
-            elif name == "attention_mask":
-                feeds[name] = batch.attention_mask
-            elif name == "position_ids":
-                feeds[name] = batch.position_ids()
-            elif name == "token_type_ids":
-                feeds[name] = batch.token_type_ids
-            else:
-                raise ModelError(f"{self.model_path} wants an input pureMind cannot supply: {name!r}")
+        feeds = model_inputs(batch, self.input_names, self.model_path)
         name = output if output in self.output_names else self.output_names[0]
         try:
             (result,) = session.run([name], feeds)
@@ -143,93 +133,29 @@ class _LazySession:
         return np.asarray(result, dtype=np.float32)
 
 
-# ---- pooling and scores: pure numpy, shared by the tests' expectations ----
-
-def pool(hidden: np.ndarray, mask: np.ndarray, pooling: str, padding_side: str) -> np.ndarray:
-    """One vector per row of `hidden` (n, length, dim) by the model's pooling, ignoring pads.
-
-    Raises:
-        ModelError: an unknown pooling.
-    """
-    hidden = hidden.astype(np.float32, copy=False)
-    if pooling == "last_token":
-        if padding_side == "left":
-            # Left padding puts every text's last real token (the EOS) in the last column.
-            return hidden[:, -1]
-        last = mask.sum(axis=1) - 1
-        return hidden[np.arange(hidden.shape[0]), last]
-    if pooling == "mean":
-        weights = mask[..., None].astype(np.float32)
-        return (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-    if pooling == "cls":
-        first = mask.argmax(axis=1)  # the first real token, wherever the pads are
-        return hidden[np.arange(hidden.shape[0]), first]
-    raise ModelError(f"unknown pooling {pooling!r}")
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (a zero row stays zero)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.clip(norms, 1e-12, None)
-
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """The logistic function in float64, without overflow warnings for large logits."""
-    x = np.asarray(x, dtype=np.float64)
-    out = np.empty_like(x)
-    pos = x >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-    e = np.exp(x[~pos])
-    out[~pos] = e / (1.0 + e)
-    return out
-
-
-def scores_from_logits(logits: np.ndarray) -> np.ndarray:
-    """Relevance in 0..1 from a cross-encoder's logits: the sigmoid of one logit, or the positive
-    class of two (softmax of two = sigmoid of their difference).
-
-    Raises:
-        ModelError: more than two logits per pair.
-    """
-    logits = np.asarray(logits, dtype=np.float64)
-    if logits.ndim == 1:
-        return sigmoid(logits)
-    if logits.shape[1] == 1:
-        return sigmoid(logits[:, 0])
-    if logits.shape[1] == 2:
-        return sigmoid(logits[:, 1] - logits[:, 0])
-    raise ModelError(f"a reranker must give one relevance logit per pair, not {logits.shape[1]}")
-
-
-class _SessionOwner:
+class _SessionOwner(LoadsOnFirstUse):
     """What both model classes say about their lazily created onnxruntime session."""
 
-    _session: "_LazySession"
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the onnxruntime session exists yet."""
-        return self._session.loaded
+    _lazy: "_LazySession"
 
     @property
     def active_providers(self) -> list[str]:
         """The providers onnxruntime actually runs on ([] before the first call)."""
-        return self._session.active_providers()
-
-    def close(self) -> None:
-        """Drop the session (memory back); the next call loads it again."""
-        self._session.close()
+        return self._lazy.active_providers()
 
 
-class OnnxEmbedder(_SessionOwner):
+class OnnxEmbedder(_SessionOwner, BatchedEmbedder):
     """Implements `puremind.models.base.Embedder` over an exported ONNX model folder."""
 
     def __init__(self, artefact_dir: Path, *, providers: Sequence[str], max_tokens: int, threads: int | None = None,
-                 batch_size: int = 16, fingerprint: str, meta: Mapping[str, Any] | None = None):
+                 batch_size: int = 16, fingerprint: str, meta: Mapping[str, Any] | None = None,
+                 languages: tuple[str, ...] = (), precision: str | None = None):
         """Read the model description and tokenizer; the onnxruntime session waits for the first call.
 
         `max_tokens` is the `embed_max_seq` setting (capped at the model's own limit). `meta` is the
         already-read `puremind_model.json` when the caller verified it; otherwise it is read here.
+        `languages` are those the model reads (the spec's); `precision` is recorded with the vectors
+        (None: the artefact's variant, e.g. "int8").
 
         Raises:
             ModelError: the folder is not an exported embedder, or its tokenizer cannot be used.
@@ -244,36 +170,28 @@ class OnnxEmbedder(_SessionOwner):
         self.fingerprint = fingerprint
         self.dim = int(self.meta.dim)
         self.batch_size = max(1, int(batch_size))
-        self.variant = data.get("variant")
+        self.languages = tuple(languages)
+        self.precision = precision if precision is not None else data.get("variant")
         self.encoder = TextEncoder(self.artefact_dir, self.meta, max_tokens=max_tokens)
-        self._session = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
+        self._lazy = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
 
-    def embed(self, texts: Sequence[str], is_query: bool = False) -> np.ndarray:
-        """One float32 row per text, in input order; queries get the query prefix.
-
-        Raises:
-            ModelError: onnxruntime cannot load or run the model.
-        """
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if not texts:
-            return out
-        encoded = self.encoder.encode(texts, is_query=is_query)
-        for batch in self.encoder.batches(encoded, self.batch_size):
-            hidden = self._session.run("last_hidden_state", batch)
-            vectors = pool(hidden, batch.attention_mask, self.meta.pooling or "mean", self.meta.padding_side)
-            if vectors.shape[1] != self.dim:
-                raise ModelError(f"{self.artefact_dir} gives {vectors.shape[1]}-dimensional vectors, "
-                                 f"its description says {self.dim}")
-            out[batch.index] = l2_normalize(vectors) if self.meta.normalize else vectors
-        return out
+    def _hidden(self, batch: Batch) -> np.ndarray:
+        hidden = self._lazy.run("last_hidden_state", batch)
+        if hidden.shape[-1] != self.dim:
+            raise ModelError(f"{self.artefact_dir} gives {hidden.shape[-1]}-dimensional vectors, "
+                             f"its description says {self.dim}")
+        return hidden
 
 
-class OnnxReranker(_SessionOwner):
+class OnnxReranker(_SessionOwner, BatchedReranker):
     """Implements `puremind.models.base.Reranker` over an exported ONNX cross-encoder folder."""
 
     def __init__(self, artefact_dir: Path, *, providers: Sequence[str], max_chars: int = 800,
-                 threads: int | None = None, batch_size: int = 16, meta: Mapping[str, Any] | None = None):
+                 threads: int | None = None, batch_size: int = 16, meta: Mapping[str, Any] | None = None,
+                 languages: tuple[str, ...] = ()):
         """Read the model description and tokenizer; the onnxruntime session waits for the first call.
+
+        `languages` are those the model reads (the spec's).
 
         Raises:
             ModelError: the folder is not an exported reranker, or its tokenizer cannot be used.
@@ -285,35 +203,9 @@ class OnnxReranker(_SessionOwner):
             raise ModelError(f"{self.artefact_dir} holds an {self.meta.role}, not a reranker")
         self.max_chars = max_chars
         self.batch_size = max(1, int(batch_size))
-        self.variant = data.get("variant")
+        self.languages = tuple(languages)
         self.encoder = TextEncoder(self.artefact_dir, self.meta)
-        self._session = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
+        self._lazy = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
 
-    def logits(self, query: str, passages: Sequence[str]) -> np.ndarray:
-        """The raw logits, (n, labels) float32, in input order.
-
-        Raises:
-            ModelError: onnxruntime cannot load or run the model.
-        """
-        if not passages:
-            return np.zeros((0, 1), dtype=np.float32)
-        encoded = self.encoder.encode_pairs(query, passages, max_chars=self.max_chars)
-        out: np.ndarray | None = None
-        for batch in self.encoder.batches(encoded, self.batch_size):
-            result = self._session.run("logits", batch)
-            result = result.reshape(result.shape[0], -1)
-            if out is None:
-                out = np.zeros((len(passages), result.shape[1]), dtype=np.float32)
-            out[batch.index] = result
-        assert out is not None
-        return out
-
-    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
-        """Relevance of each passage to the query, 0..1 (float64), in input order.
-
-        Raises:
-            ModelError: onnxruntime cannot load or run the model.
-        """
-        if not passages:
-            return np.zeros(0, dtype=np.float64)
-        return scores_from_logits(self.logits(query, passages))
+    def _logits(self, batch: Batch) -> np.ndarray:
+        return self._lazy.run("logits", batch)

@@ -1,34 +1,65 @@
 """Hybrid retrieval: BM25 + CJK grams + dense cosine, fused by RRF, then re-scored by the cross-encoder.
 
 One `Searcher` serves many searches (the CLI makes one per command, the MCP server one per process): it owns
-the store connection, the lazily loaded models and the dense matrix cache. Every search reads one consistent
-snapshot of the index, even while `puremind index` or `watch` writes.
+the store connection and the dense matrix cache, and is handed the models object (puremind.models.lazy.Models)
+and its retrieval parameters. Every search reads one consistent snapshot of the index, even while `puremind
+index` or `watch` writes. It returns data (SearchOutcome); puremind.results turns that into the one result schema
+that `search --json` prints and the MCP server returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
+import time
+import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from puremind.cjk import cjk_match_expression
-from puremind.config import Settings
 from puremind.errors import FingerprintMismatch
-from puremind.langs import unread_script
+from puremind.fingerprint import model_label
+from puremind.messages import quiet as _quiet
+from puremind.langs import unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
+from puremind.retrieval.excerpt import best_excerpt
 from puremind.retrieval.fusion import reciprocal_rank_fusion
 from puremind.retrieval.lexical import fts_match_expression
-from puremind.store import Hit, Store
+from puremind.chunker import breadcrumb
+from puremind.store import Hit, Store, title_key
+
+if TYPE_CHECKING:
+    from puremind.models.lazy import Models
 
 Notice = Callable[[str], None]
-META_FINGERPRINT = "embed_fingerprint"  # written by the indexer
-SCORE_LABELS = {"lexical": "bm25", "hybrid": "rrf", "reranked": "p"}
+#: How long a model that cannot be had (not cached and offline, hub out of reach, not exported) is not asked
+#: for again: a long-lived server retries now and then instead of waiting on an unreachable hub every search.
+UNAVAILABLE_RETRY_S = 60.0
 
 
-def _quiet(_: str) -> None:
-    pass
+@dataclass(frozen=True)
+class RetrievalParams:
+    """How a search is run: how many candidates each list gives to the fusion (`candidates`), the RRF constant,
+    whether the cross-encoder re-scores the fused list, and how much of each passage it reads."""
+
+    candidates: int = 50
+    rrf_k: int = 60
+    rerank: bool = True
+    rerank_chars: int = 800
+    #: search the notes' titles and aliases as a list of their own (hybrid mode), with this weight in the fusion;
+    #: a note whose title or alias is exactly the query leads the list
+    titles: bool = True
+    title_weight: float = 1.0
+    #: leave a model out of a query in a language it does not declare (puremind.langs.unread_language); the
+    #: script rule always holds
+    language_gate: bool = True
+    #: each list's weight in the fusion
+    lexical_weight: float = 1.0
+    cjk_weight: float = 1.0
+    dense_weight: float = 1.0
 
 
 @dataclass
@@ -42,77 +73,63 @@ class SearchOutcome:
     hits: list[Hit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "mode": self.mode,
-            "notes": list(self.notes),
-            "results": [
-                {
-                    "rank": i,
-                    "path": h.path,
-                    "heading_path": list(h.heading_path),
-                    "start_line": h.start_line,
-                    "end_line": h.end_line,
-                    "score": round(float(h.score), 6),
-                    "excerpt": h.excerpt,
-                    "text": h.text,
-                }
-                for i, h in enumerate(self.hits, 1)
-            ],
-        }
 
-    def render_text(self) -> list[str]:
-        if not self.hits:
-            return [f"nothing found for {self.query!r}"]
-        label = SCORE_LABELS[self.mode]
-        lines: list[str] = []
-        for i, h in enumerate(self.hits, 1):
-            crumb = " > ".join(h.heading_path)
-            path = h.path.replace("\n", "\\n")
-            lines.append(f"{i}. {path}:{h.start_line}  (lines {h.start_line}-{h.end_line})  {label} {h.score:.4g}")
-            if crumb:
-                lines.append(f"   {crumb}")
-            excerpt = " ".join(h.excerpt.split())
-            if excerpt:
-                lines.append(f"   {excerpt}")
-        return lines
-
-
-def _reads(model: Any, query: str, part: str, notes: list[str]) -> bool:
-    """Whether `model` can read `query` (see puremind.langs); when not, says so in `notes`."""
+def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: bool = True) -> bool:
+    """Whether `model` can read `query` (see puremind.langs): its script, then its language; when not, says so
+    in `notes`."""
     languages = tuple(getattr(model, "languages", ()) or ())
     script = unread_script(languages, query)
-    if script is None:
-        return True
-    notes.append(f"{part} left out for this query: the model reads {', '.join(languages)}, and most of the "
-                 f"query is in {script} script")
-    return False
+    if script is not None:
+        notes.append(f"{part} left out for this query: the model reads {', '.join(languages)}, and most of the "
+                     f"query is in {script} script")
+        return False
+    language = unread_language(languages, query) if by_language else None
+    if language is not None:
+        notes.append(f"{part} left out for this query: the model reads {', '.join(languages)}, and the query is "
+                     f"in {language}")
+        return False
+    return True
+
+
+#: The share of a query's words that a note's title (or one alias) must hold for the note to be in the title list.
+TITLE_COVERAGE = 0.5
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
+
+
+def _covered(asked: set[str], names: tuple[str, ...]) -> float:
+    """The largest share of the query's words that one of the names holds."""
+    if not asked:
+        return 0.0
+    return max((len(asked & _words(name)) / len(asked) for name in names if name), default=0.0)
+
+
+def rerank_text(hit: Hit) -> str:
+    """What the cross-encoder reads of a passage: its breadcrumb (the note's title, then its headings) and text,
+    as the embedder read it."""
+    crumbs = breadcrumb(hit.title, hit.heading_path)
+    return (" > ".join(crumbs) + "\n\n" + hit.text) if crumbs else hit.text
+
+
+def _lexical_hint(exc: FingerprintMismatch) -> FingerprintMismatch:
+    return FingerprintMismatch(exc.message, hint=f"{exc.hint} (or search with --lexical-only meanwhile)")
 
 
 class Searcher:
-    """Searches one index with the configured models, loading each model on first use.
+    """Searches one index with the models it is handed (each loaded on first use by the models object).
 
-    `embedder` / `reranker` may be handed in (tests, benchmarks); otherwise they are loaded from the settings
-    the first time a search needs them. Thread-safe: overlapping searches run one at a time.
+    Thread-safe: overlapping searches run one at a time.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        rerank: bool | None = None,
-        embedder: Any = None,
-        reranker: Any = None,
-        notice: Notice = _quiet,
-    ):
-        self.settings = settings
-        self.rerank = settings.rerank if rerank is None else rerank
-        self._embedder = embedder
-        self._embedder_loaded = embedder is not None
-        self._reranker = reranker
-        self._reranker_loaded = reranker is not None
+    def __init__(self, db: Path, models: "Models", params: RetrievalParams = RetrievalParams(), *,
+                 notice: Notice = _quiet):
+        self.db = Path(db)
+        self.models = models
+        self.params = params
         self._notice = notice
+        self._unavailable: dict[str, tuple[float, str]] = {}  # role -> (retry after, monotonic; the note)
         self._store: Store | None = None
         self._identity: tuple[int, int] | None = None
         self._dense = DenseIndex()
@@ -128,7 +145,7 @@ class Searcher:
             StoreError: there is no index file.
         """
         try:
-            st = os.stat(self.settings.db)
+            st = os.stat(self.db)
             identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except OSError:
             identity = None
@@ -137,45 +154,74 @@ class Searcher:
             self._store = None
             self._dense = DenseIndex()  # a new file's change counter says nothing about the old matrix
         if self._store is None:
-            self._store = Store.open(self.settings.db, create=False)
+            self._store = Store.open(self.db, create=False)
             self._identity = identity
         return self._store
 
-    def _embedder_or_none(self, notes: list[str]):
-        """The embedder; None when semantic search is off or the model is not exported (noted in `notes`).
+    def _embedder_or_none(self, store: Store, notes: list[str]):
+        """The embedder; None when semantic search is off or the model cannot be had here (noted in `notes`).
+
+        The configured model is compared with the index's vectors before it is fetched, exported or loaded.
 
         Raises:
-            ModelError: the model cannot be found, fetched or verified.
+            FingerprintMismatch: the index holds vectors of another embedder (both are named).
+            ModelError: the model is broken or cannot be found (a mistyped name).
         """
-        from puremind.models import ModelsUnavailable, SemanticOff
-
-        if not self._embedder_loaded:
-            from puremind.models.loader import load_embedder
-
-            try:
-                self._embedder = load_embedder(self.settings, progress=self._notice)
-            except SemanticOff:
-                self._embedder = None
-            except ModelsUnavailable as exc:
-                # Not "cannot load": the model was never exported here. Keyword search still answers.
-                notes.append(f"semantic search unavailable: {exc.message} ({exc.hint})")
+        models = self.models
+        if not models.semantic:
+            self._note_vectors_unused(store, notes)
+            return None
+        if not models.loaded("embedder"):
+            if self._still_unavailable("embedder", notes):
                 return None
-            self._embedder_loaded = True
-        return self._embedder
+            try:
+                models.check_index(store.vectors_fingerprint())
+            except FingerprintMismatch as exc:
+                raise _lexical_hint(exc) from None
+        return self._load("embedder", models.embedder, "semantic search unavailable", notes)
 
     def _reranker_or_none(self, notes: list[str]):
+        """The reranker; None when it cannot be had here (noted in `notes`, with the ways forward).
+
+        Raises:
+            ModelError: the model is broken or cannot be found (a mistyped name).
+        """
+        if not self.models.loaded("reranker") and self._still_unavailable("reranker", notes):
+            return None
+        return self._load("reranker", self.models.reranker, "reranking skipped", notes)
+
+    def _load(self, role: str, get: Callable[[], Any], label: str, notes: list[str]):
+        """`get()`; None, with a note, when the model cannot be had here (not cached and no network, or not
+        exported and no [export] extra): search answers without it, as the spec asks. Broken stays an error."""
         from puremind.models import ModelsUnavailable
 
-        if not self._reranker_loaded:
-            from puremind.models.loader import load_reranker
+        try:
+            return get()
+        except ModelsUnavailable as exc:
+            note = f"{label}: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else "")
+            self._unavailable[role] = (time.monotonic() + UNAVAILABLE_RETRY_S, note)
+            notes.append(note)
+            return None
 
-            try:
-                self._reranker = load_reranker(self.settings, progress=self._notice)
-            except ModelsUnavailable as exc:
-                notes.append(f"reranking skipped: {exc.message} ({exc.hint})")
-                return None
-            self._reranker_loaded = True
-        return self._reranker
+    def _still_unavailable(self, role: str, notes: list[str]) -> bool:
+        """True (and the note repeated) while a model found unavailable is not asked for again."""
+        entry = self._unavailable.get(role)
+        if entry is None:
+            return False
+        if time.monotonic() >= entry[0]:
+            del self._unavailable[role]
+            return False
+        notes.append(entry[1])
+        return True
+
+    def _note_vectors_unused(self, store: Store, notes: list[str]) -> None:
+        """`embedder = "none"` on an index that holds vectors: never silent."""
+        stored = store.vectors_fingerprint()
+        if stored is not None:
+            notes.append(
+                f'keyword search only (embedder = "none"), though this index holds vectors of {model_label(stored)}: '
+                "set [models] embedder back to use them"
+            )
 
     # -- searching -------------------------------------------------------------------------------------------
 
@@ -195,46 +241,87 @@ class Searcher:
                 with store.snapshot():
                     return SearchOutcome(query, "lexical", store.search_lexical(match, limit))
             notes: list[str] = []
-            embedder = self._embedder_or_none(notes)
+            embedder = self._embedder_or_none(store, notes)
             qvec = None
             if embedder is not None:
                 self._check_fingerprint(store, embedder)
-                if _reads(embedder, query, "semantic search", notes):
+                if _reads(embedder, query, "semantic search", notes, by_language=self.params.language_gate):
                     qvec = embedder.embed([query], is_query=True)[0]
             hits, fused = self._fuse(store, match, query, qvec)
-            use_rerank = self.rerank and bool(hits)
+            # `embedder = "none"` is keyword search with no model: the application layer then configures no
+            # reranker either (one handed in is still used).
+            use_rerank = self.params.rerank and bool(hits) and self.models.has("reranker")
             reranker = self._reranker_or_none(notes) if use_rerank else None
-            if reranker is not None and _reads(reranker, query, "reranking", notes):
-                cut = self.settings.rerank_chars
-                scores = reranker.score(query, [h.text[:cut] for h in hits])
+            if reranker is not None and _reads(reranker, query, "reranking", notes,
+                                               by_language=self.params.language_gate):
+                cut = self.params.rerank_chars
+                scores = reranker.score(query, [rerank_text(h)[:cut] for h in hits])
                 ranked = sorted(zip(hits, scores), key=lambda hs: -float(hs[1]))
-                out = [dataclasses.replace(h, score=float(s)) for h, s in ranked[:limit]]
+                out = [
+                    dataclasses.replace(h, score=float(s), excerpt=best_excerpt(h.text, query)) for h, s in ranked[:limit]
+                ]
                 return SearchOutcome(query, "reranked", out, notes)
-            out = [dataclasses.replace(h, score=fused[h.chunk_id]) for h in hits[:limit]]
+            # Found by meaning or by any of the words: show the part of the passage that matches the query.
+            out = [
+                dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query)) for h in hits[:limit]
+            ]
             return SearchOutcome(query, "hybrid", out, notes)
 
     def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float]]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""
-        cand = self.settings.candidates
+        cand = self.params.candidates
         cjk = cjk_match_expression(query)
         with store.snapshot():
+            p = self.params
             rankings: list[list[int]] = [[h.chunk_id for h in store.search_lexical(match, cand)]]
+            weights = [p.lexical_weight]
             if cjk is not None:
                 rankings.append([h.chunk_id for h in store.search_cjk(cjk, cand)])
+                weights.append(p.cjk_weight)
             if qvec is not None:
                 self._dense.refresh(store)
                 rankings.append([cid for cid, _ in self._dense.search(qvec, cand)])
-            fused = reciprocal_rank_fusion(rankings, self.settings.rrf_k)[:cand]
+                weights.append(p.dense_weight)
+            if self.params.titles:
+                titled, exact = self._title_rankings(store, match, query, rankings)
+                # An exact title outweighs every other list together (the title list too): that note comes first.
+                for ranking, weight in ((titled, p.title_weight), (exact, sum(weights) + p.title_weight + 1.0)):
+                    if ranking:
+                        rankings.append(ranking)
+                        weights.append(weight)
+            fused = reciprocal_rank_fusion(rankings, self.params.rrf_k, weights)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
         return hits, dict(fused)
 
+    def _title_rankings(self, store: Store, match: str, query: str,
+                        rankings: list[list[int]]) -> tuple[list[int], list[int]]:
+        """The notes found by title or alias (BM25), and those whose title or alias is exactly the query, each as
+        the chunk that shows the note: its best-ranked chunk in the other lists, else its first one."""
+        # A title counts when it says most of what the query asks: a long question that names a command in
+        # passing does not make every note named after that command a match (measured on tldr-pages).
+        asked = _words(query)
+        titled = [t for t in store.search_titles(match, self.params.candidates)
+                  if _covered(asked, (t.title, *t.aliases)) >= TITLE_COVERAGE]
+        exact = store.notes_titled([title_key(query)])
+        if not titled and not exact:
+            return [], []
+        seen = [cid for ranking in rankings for cid in ranking]
+        chunk_file = store.chunk_files(seen)
+        shown: dict[int, int] = {}
+        for cid in seen:  # the lists in order, each best first
+            shown.setdefault(chunk_file.get(cid, -1), cid)
+        wanted = [t.file_id for t in (*titled, *exact) if t.file_id not in shown]
+        shown.update(store.best_chunk_of(wanted))
+        as_chunks = lambda notes: [shown[t.file_id] for t in notes if t.file_id in shown]  # noqa: E731
+        return as_chunks(titled), as_chunks(exact)
+
     def _check_fingerprint(self, store: Store, embedder: Any) -> None:
-        stored = store.get_meta(META_FINGERPRINT)
-        if stored is not None and stored != embedder.fingerprint and store.counts().get("vectors", 0) > 0:
-            raise FingerprintMismatch(
-                "the embedding model or its settings changed since this index was built: searches are refused",
-                hint="run `puremind index --rebuild` (or search with --lexical-only meanwhile)",
-            )
+        """The loaded embedder against the index's vectors (another process may have rebuilt it meanwhile).
+        The precision is not compared: fp32, fp16 and int8 of one model embed into the same space."""
+        try:
+            store.check_vectors(embedder.fingerprint, doing="searches are refused")
+        except FingerprintMismatch as exc:
+            raise _lexical_hint(exc) from None
 
     @property
     def dense_loads(self) -> int:

@@ -1,6 +1,6 @@
 """The SQLite index: note files, chunks, FTS5 keyword index and float16 vectors."""
 
-from puremind.store.rows import ChunkRow, FileState, Hit
+from puremind.store.rows import ChunkRow, FileState, Hit, TitleHit, title_key
 from puremind.store.store import Store
 
-__all__ = ["Store", "ChunkRow", "FileState", "Hit"]
+__all__ = ["Store", "ChunkRow", "FileState", "Hit", "TitleHit", "title_key"]

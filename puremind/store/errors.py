@@ -6,16 +6,18 @@ import errno
 import sqlite3
 from pathlib import Path
 
-from puremind.errors import StoreError
+from puremind.errors import IndexBusyError, IndexDamaged, StoreError
+from puremind.messages import one_line
 
 # SQLite primary result codes (sqlite3 exposes them only from Python 3.11 on, and only some).
 _PERM, _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 3, 5, 6, 8, 10, 11, 13, 14, 26
 
 REBUILD_HINT = "delete the index file (and its -wal and -shm files) and run `puremind index` to rebuild it"
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+#: For a damaged index: --rebuild builds a new file beside it and swaps it in, keeping the damaged one aside.
+REPAIR_HINT = (
+    "run `puremind index --rebuild`: it builds a new index from the notes beside this one and swaps it in "
+    "(the damaged file is kept as <index>.damaged)"
+)
 
 
 def _primary_code(exc: sqlite3.Error) -> int | None:
@@ -31,7 +33,7 @@ def from_sqlite(path: Path, exc: sqlite3.Error, action: str) -> StoreError:
     if code == _NOTADB or "file is not a database" in low:
         return StoreError(f"{path} is not a pureMind index (not an SQLite database)", hint=REBUILD_HINT)
     if code == _CORRUPT or "malformed" in low:
-        return StoreError(f"index {path} is damaged: {reason}", hint=REBUILD_HINT)
+        return IndexDamaged(f"index {path} is damaged: {reason}", hint=REPAIR_HINT)
     if code == _FULL or "disk is full" in low:
         return StoreError(
             f"cannot write index {path}: the disk is full",
@@ -43,7 +45,7 @@ def from_sqlite(path: Path, exc: sqlite3.Error, action: str) -> StoreError:
             hint="check the file's permissions and that its filesystem is mounted writable",
         )
     if code in (_BUSY, _LOCKED) or "locked" in low or "busy" in low:
-        return StoreError(
+        return IndexBusyError(
             f"index {path} is busy: another process kept it locked",
             hint="wait for the other pureMind process to finish, then try again",
         )

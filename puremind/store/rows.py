@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 
 import numpy
@@ -49,3 +50,21 @@ class Hit:
     score: float
     text: str
     excerpt: str
+    #: the note's title (see puremind.chunker.note_title)
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class TitleHit:
+    """A note found by its title or one of its aliases."""
+
+    file_id: int
+    path: str
+    title: str
+    aliases: tuple[str, ...]
+    score: float
+
+
+def title_key(name: str) -> str:
+    """How titles are compared for an exact match: NFC, casefolded, whitespace runs as one space."""
+    return unicodedata.normalize("NFC", " ".join(name.split())).casefold()

@@ -108,7 +108,61 @@ MIGRATIONS: tuple[Migration, ...] = (
             END""",
         ),
     ),
+    Migration(
+        4,
+        "orphan_vectors: vectors of removed notes by chunk text hash and model, for a note that comes back",
+        (
+            # No text: only the hash of a chunk's embedded text, the fingerprint of the model that made the
+            # vector, the vector and when its note was removed (for pruning). Never searched.
+            """CREATE TABLE orphan_vectors (
+                text_sha256 TEXT NOT NULL,
+                fingerprint TEXT NOT NULL,
+                vector BLOB NOT NULL,
+                removed_at REAL NOT NULL,
+                PRIMARY KEY (text_sha256, fingerprint)
+            )""",
+            "CREATE INDEX orphan_vectors_removed_at ON orphan_vectors(removed_at)",
+        ),
+    ),
+    Migration(
+        5,
+        "files.title and files.aliases and their FTS5 index: a note is found by what it is called",
+        (
+            "ALTER TABLE files ADD COLUMN title TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE files ADD COLUMN aliases TEXT NOT NULL DEFAULT ''",  # one per line
+            # Until a run reads the note again (the chunker signature changed with this), its file name.
+            lambda conn: _fill_titles(conn),
+            """CREATE VIRTUAL TABLE notes_fts USING fts5(
+                title, aliases, content='files', content_rowid='id',
+                tokenize='porter unicode61 remove_diacritics 2'
+            )""",
+            "INSERT INTO notes_fts(notes_fts) VALUES ('rebuild')",
+            """CREATE TRIGGER notes_fts_ai AFTER INSERT ON files BEGIN
+                INSERT INTO notes_fts(rowid, title, aliases) VALUES (new.id, new.title, new.aliases);
+            END""",
+            """CREATE TRIGGER notes_fts_ad AFTER DELETE ON files BEGIN
+                INSERT INTO notes_fts(notes_fts, rowid, title, aliases) VALUES ('delete', old.id, old.title, old.aliases);
+            END""",
+            # A touched stat (size, mtime) does not rewrite the keyword index.
+            """CREATE TRIGGER notes_fts_au AFTER UPDATE OF id, title, aliases ON files BEGIN
+                INSERT INTO notes_fts(notes_fts, rowid, title, aliases) VALUES ('delete', old.id, old.title, old.aliases);
+                INSERT INTO notes_fts(rowid, title, aliases) VALUES (new.id, new.title, new.aliases);
+            END""",
+        ),
+    ),
 )
+
+
+def _fill_titles(conn: sqlite3.Connection) -> None:
+    """The file name without its extension as the title of each note of an older index."""
+    rows = conn.execute("SELECT id, path FROM files").fetchall()
+    conn.executemany("UPDATE files SET title = ? WHERE id = ?", [(_stem(path), file_id) for file_id, path in rows])
+
+
+def _stem(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    stem, dot, _ = name.rpartition(".")
+    return stem if dot and stem else name
 
 
 def _fill_cjk_text(conn: sqlite3.Connection) -> None:

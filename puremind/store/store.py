@@ -21,11 +21,12 @@ from typing import Any, Callable, Iterator, TypeVar
 import numpy
 
 from puremind.cjk import cjk_terms
-from puremind.errors import QueryError, StoreError
+from puremind.errors import IndexDamaged, QueryError, StoreError
+from puremind.fingerprint import index_mismatch, same_vectors
 from puremind.store import files
-from puremind.store.errors import from_os, from_sqlite, one_line
-from puremind.store.rows import ChunkRow, FileState, Hit
-from puremind.store.schema import SchemaError, migrate
+from puremind.store.errors import REPAIR_HINT, from_os, from_sqlite, one_line
+from puremind.store.rows import ChunkRow, FileState, Hit, TitleHit, title_key as _title_key
+from puremind.store.schema import LATEST_VERSION, SchemaError, current_version, migrate
 
 BUSY_TIMEOUT_MS = 10_000
 # compact() waits at most this long for readers to leave the -wal file; a later run empties it.
@@ -34,10 +35,26 @@ EXCERPT_CHARS = 200
 VECTOR_DTYPE = numpy.dtype("<f2")  # float16, little-endian on disk whatever the machine
 
 _SQLITE_ERROR = 1
+#: the meta key of the embedding fingerprint (see Store.embed_fingerprint)
+META_FINGERPRINT = "embed_fingerprint"
 _CHANGE_COUNTER = "change_counter"
 _COMPACT_PENDING = "compact_pending"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def clip_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """`text` on one line in at most `limit` characters, cut after a whole word with "…". A long run without
+    spaces (a URL, Chinese or Japanese text) is cut inside rather than losing most of the room."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    if flat[limit - 1] != " ":  # the cut falls inside a word: end before it
+        space = cut.rfind(" ")
+        if space >= limit // 2:
+            cut = cut[:space]
+    return cut.rstrip(" …") + "…"
 
 
 def _guarded(action: str) -> Callable[[_F], _F]:
@@ -91,9 +108,14 @@ class Store:
         """Open (and with `create`, make) the index at `path`, upgrading an older schema.
 
         A missing parent folder is created 0700 and the file 0600 whatever the umask; an existing
-        folder, file, -wal or -shm that is more open is tightened. The connection uses WAL,
-        synchronous=NORMAL, secure_delete=ON, foreign_keys=ON and a 10 s busy timeout, so a
-        searcher can open and read while another process is writing.
+        file, -wal or -shm that is more open is tightened (an existing folder is not: it may be the
+        user's own or a shared one; see files.open_folder_warning). When the file cannot be written
+        here (read-only media, another user's index) and `create` is off, it is opened read-only: it
+        can be searched, not indexed. With `create` off the connection is a reader (SQLite's mode=ro
+        and query_only, after a short read-write open when the schema needs an upgrade), which never
+        checkpoints or removes the -wal/-shm files. A writer uses WAL, synchronous=NORMAL,
+        secure_delete=ON, foreign_keys=ON; both wait up to 10 s for a lock, so a searcher can open
+        and read while another process is writing.
 
         Raises:
             StoreError: create=False and there is no file ("no index at PATH"); the file is not an
@@ -105,17 +127,103 @@ class Store:
         try:
             if create:
                 files.make_parent(path)
-                files.tighten_parent(path)
                 files.create_file(path)
             elif not path.exists():
                 raise StoreError(f"no index at {path}", hint="run `puremind index`")
             files.tighten_all(path)
         except OSError as exc:
             raise from_os(path, exc, "create" if create else "open") from exc
+        if not create:
+            if not files.writable(path):
+                return cls._open_reader(path, media_read_only=True)
+            store = cls._open_reader(path, media_read_only=False, upgrade_ok=True)
+            if store is not None:
+                return store
+        store = cls._open_writer(path)
+        if create:
+            return store
+        # The schema was just brought up to date; read through a read-only connection from here on.
+        store.close()
+        reader = cls._open_reader(path, media_read_only=False)
+        assert reader is not None
+        return reader
 
+    @classmethod
+    def _open_writer(cls, path: Path) -> "Store":
         conn = _connect_and_migrate(path)
         files.tighten_all(path)  # the -wal and -shm files exist only now
         return cls(conn, path)
+
+    @classmethod
+    def _open_reader(cls, path: Path, *, media_read_only: bool, upgrade_ok: bool = False) -> "Store | None":
+        """Open the index for reading only (SQLite's mode=ro with query_only), as search, get, recent and the
+        server do. A read-only connection never checkpoints or deletes the -wal and -shm files when it closes, so
+        a reader still holding an old file after `puremind index --rebuild` swapped in a new one cannot touch the
+        new file's side files by name.
+
+        `media_read_only`: this process cannot write the file. When mode=ro cannot open it either (SQLite needs
+        the -shm file, which cannot be created on read-only media), it is opened as a file nothing changes
+        (immutable=1), but only when there is no -wal file with content that immutable reading would ignore.
+        `upgrade_ok`: the caller may write the file; an older schema then returns None (open a writer to upgrade).
+
+        Raises:
+            StoreError: the file cannot be read, is not a pureMind index, was written by a newer pureMind, or has
+                an older schema that cannot be upgraded here (read-only).
+        """
+        quoted = urllib.parse.quote(str(path))
+        queries = ["mode=ro"]
+        if media_read_only:
+            queries.append("mode=ro&immutable=1")
+        first: sqlite3.Error | None = None
+        for query in queries:
+            if query.endswith("immutable=1") and not _may_read_immutable(path, first):
+                break
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = sqlite3.connect(f"file:{quoted}?{query}", uri=True, isolation_level=None,
+                                       timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                conn.execute("PRAGMA query_only = ON")
+                conn.execute("PRAGMA foreign_keys = ON")
+                version = current_version(conn)
+                foreign = version == 0 and conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 1").fetchone() is not None
+            except sqlite3.Error as exc:
+                _close_quietly(conn)
+                first = first or exc
+                continue
+            if version == LATEST_VERSION:
+                return cls(conn, path)
+            _close_quietly(conn)
+            if version > LATEST_VERSION:
+                raise StoreError(f"index {path} was written by a newer pureMind", hint="upgrade pureMind")
+            if foreign:
+                raise StoreError(f"index {path} is an SQLite database but not a pureMind index",
+                                 hint="point PUREMIND_DB (or --db) at a pureMind index, or at a new file")
+            if upgrade_ok:
+                return None
+            if version == 0:
+                raise StoreError(f"index {path} is empty and read-only: it is not a pureMind index yet",
+                                 hint="run `puremind index` where the index can be written")
+            raise StoreError(
+                f"index {path} was written by an older pureMind and cannot be upgraded here: it is read-only",
+                hint="run `puremind index` once where the index can be written, or search with that version",
+            )
+        assert first is not None
+        raise from_sqlite(path, first, "open") from first
+
+    @_guarded("read")
+    def check_integrity(self) -> None:
+        """A quick check of every page of the index (SQLite's quick_check: structure, not the text of each row),
+        run at the start of an index run so that a damaged file is never taken for "unchanged".
+
+        Raises:
+            IndexDamaged: the check found damage (repaired by `puremind index --rebuild`).
+        """
+        rows = self._db.execute("PRAGMA quick_check(3)").fetchall()
+        if [tuple(row) for row in rows] != [("ok",)]:
+            found = "; ".join(str(row[0]) for row in rows)
+            raise IndexDamaged(f"index {self._path} is damaged: {one_line(found)}", hint=REPAIR_HINT)
 
     @property
     def path(self) -> Path:
@@ -151,6 +259,50 @@ class Store:
         """
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
+
+    # -- the embedding fingerprint, kept beside the vectors ---------------------------------------------------
+
+    def embed_fingerprint(self) -> str | None:
+        """The fingerprint of the embedder that wrote this index's vectors (see puremind.fingerprint); None when
+        no embedder ever wrote it. It stays when the vectors are cleared, until a new embedder writes.
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        return self.get_meta(META_FINGERPRINT)
+
+    def vectors_fingerprint(self) -> str | None:
+        """The embed fingerprint when the index holds vectors; None when it holds none (anything may write)."""
+        stored = self.embed_fingerprint()
+        if stored is None or self.counts().get("vectors", 0) == 0:
+            return None
+        return stored
+
+    def vectors_match(self, fingerprint: str) -> bool:
+        """Whether vectors fingerprinted `fingerprint` may be compared with (or added to) this index's vectors:
+        the same model, revision and settings, or no vectors yet. The precision does not count."""
+        stored = self.vectors_fingerprint()
+        return stored is None or same_vectors(stored, fingerprint)
+
+    def check_vectors(self, fingerprint: str, *, doing: str) -> None:
+        """Refuse vectors of another embedder.
+
+        Raises:
+            FingerprintMismatch: the index holds vectors with another fingerprint (both models are named; `doing`
+                says what is refused, e.g. "searches are refused").
+            StoreError: the index cannot be read.
+        """
+        stored = self.vectors_fingerprint()
+        if stored is not None and not same_vectors(stored, fingerprint):
+            raise index_mismatch(stored, fingerprint, doing=doing)
+
+    def set_embed_fingerprint(self, fingerprint: str) -> None:
+        """Record the embedder that writes this index's vectors (joins the open batch).
+
+        Raises:
+            StoreError: the index cannot be written.
+        """
+        self.set_meta(META_FINGERPRINT, fingerprint)
 
     @_guarded("write")
     def set_meta(self, key: str, value: str | None) -> None:
@@ -286,10 +438,12 @@ class Store:
 
     @_guarded("write")
     def put_file(
-        self, path: str, sha256: str, size: int, mtime_ns: int, chunks: list[ChunkRow], *, identity: str = ""
+        self, path: str, sha256: str, size: int, mtime_ns: int, chunks: list[ChunkRow], *, identity: str = "",
+        title: str = "", aliases: tuple[str, ...] = (),
     ) -> None:
         """Insert or replace the file `path` and all its chunks (the old chunks and their FTS
-        entries are deleted). Needs an open batch.
+        entries are deleted), with the note's title and aliases (searched by `search_titles`). Needs an open
+        batch.
 
         Raises:
             RuntimeError: no batch is open.
@@ -313,11 +467,13 @@ class Store:
             for chunk in chunks
         ]
         file_id = conn.execute(
-            "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at, identity) VALUES (?, ?, ?, ?, ?, ?)"
+            "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at, identity, title, aliases)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(path) DO UPDATE SET sha256 = excluded.sha256, size = excluded.size,"
-            " mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at, identity = excluded.identity"
+            " mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at, identity = excluded.identity,"
+            " title = excluded.title, aliases = excluded.aliases"
             " RETURNING id",
-            (path, sha256, int(size), int(mtime_ns), time.time(), identity),
+            (path, sha256, int(size), int(mtime_ns), time.time(), identity, title, "\n".join(aliases)),
         ).fetchall()[0][0]  # fetchall: a RETURNING statement must run to its end before the next one
         # Row by row through the delete trigger, so the FTS index forgets exactly these rows.
         deleted = conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,)).rowcount
@@ -327,6 +483,11 @@ class Store:
             "INSERT INTO chunks (file_id, ord, start_line, end_line, kind, text_sha256, vector,"
             " heading_path, heading_text, text, cjk_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(file_id, *row) for row in prepared],
+        )
+        # Kept vectors of text that is indexed again now live in `chunks`.
+        conn.executemany(
+            "DELETE FROM orphan_vectors WHERE text_sha256 = ?",
+            [(chunk.text_sha256,) for chunk in chunks if chunk.vector is not None],
         )
 
     @_guarded("write")
@@ -348,9 +509,12 @@ class Store:
             raise KeyError(path)
 
     @_guarded("write")
-    def remove_file(self, path: str) -> None:
+    def remove_file(self, path: str, *, keep_vectors_for: str | None = None) -> None:
         """Delete the file `path`, its chunks and their FTS entries; nothing happens when it is not
         indexed. Needs an open batch.
+
+        With `keep_vectors_for` (the fingerprint of the model that made the stored vectors), the chunks'
+        vectors are kept aside by text hash, with no text, for `vector_for` (see `prune_orphan_vectors`).
 
         Raises:
             RuntimeError: no batch is open.
@@ -360,6 +524,18 @@ class Store:
         row = conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
         if row is None:
             return
+        if keep_vectors_for is not None:
+            # Text still indexed elsewhere keeps its vector in `chunks`: not kept twice.
+            conn.execute(
+                "INSERT INTO orphan_vectors (text_sha256, fingerprint, vector, removed_at)"
+                " SELECT c.text_sha256, ?, c.vector, ? FROM chunks AS c"
+                " WHERE c.file_id = ? AND c.vector IS NOT NULL AND NOT EXISTS"
+                " (SELECT 1 FROM chunks AS o WHERE o.text_sha256 = c.text_sha256 AND o.file_id != c.file_id)"
+                " GROUP BY c.text_sha256"
+                " ON CONFLICT (text_sha256, fingerprint) DO UPDATE SET vector = excluded.vector,"
+                " removed_at = excluded.removed_at",
+                (keep_vectors_for, time.time(), row[0]),
+            )
         # Chunks first and explicitly, through the FTS delete trigger (not left to the cascade).
         conn.execute("DELETE FROM chunks WHERE file_id = ?", (row[0],))
         conn.execute("DELETE FROM files WHERE id = ?", (row[0],))
@@ -376,10 +552,39 @@ class Store:
         """
         conn = self._require_batch("clear_vectors")
         conn.execute("UPDATE chunks SET vector = NULL WHERE vector IS NOT NULL")
+        conn.execute("DELETE FROM orphan_vectors")
+
+    @_guarded("write")
+    def prune_orphan_vectors(
+        self, *, fingerprint: str | None = None, removed_before: float | None = None, max_rows: int | None = None
+    ) -> int:
+        """Forget kept vectors of removed notes: those made by another model than `fingerprint` (when
+        given), those removed before `removed_before` (seconds since the epoch, when given), and all but the
+        `max_rows` most recently removed (when given; 0 forgets all). Needs an open batch. Returns how many
+        were forgotten.
+
+        Raises:
+            RuntimeError: no batch is open.
+            StoreError: the index cannot be written.
+        """
+        conn = self._require_batch("prune_orphan_vectors")
+        removed = 0
+        if fingerprint is not None:
+            removed += conn.execute("DELETE FROM orphan_vectors WHERE fingerprint != ?", (fingerprint,)).rowcount
+        if removed_before is not None:
+            removed += conn.execute("DELETE FROM orphan_vectors WHERE removed_at < ?", (removed_before,)).rowcount
+        if max_rows is not None:
+            removed += conn.execute(
+                "DELETE FROM orphan_vectors WHERE rowid NOT IN"
+                " (SELECT rowid FROM orphan_vectors ORDER BY removed_at DESC LIMIT ?)",
+                (max(0, int(max_rows)),),
+            ).rowcount
+        return removed
 
     @_guarded("read")
-    def vector_for(self, text_sha256: str) -> numpy.ndarray | None:
-        """A stored vector of a chunk whose embedded text has this sha256 (float16 copy), or None.
+    def vector_for(self, text_sha256: str, *, fingerprint: str | None = None) -> numpy.ndarray | None:
+        """A stored vector of a chunk whose embedded text has this sha256 (float16 copy), or None. With
+        `fingerprint`, a kept vector of a removed note made by that model also counts.
 
         Raises:
             StoreError: the index cannot be read.
@@ -388,6 +593,11 @@ class Store:
             "SELECT vector FROM chunks WHERE text_sha256 = ? AND vector IS NOT NULL LIMIT 1",
             (text_sha256,),
         ).fetchone()
+        if row is None and fingerprint is not None:
+            row = self._db.execute(
+                "SELECT vector FROM orphan_vectors WHERE text_sha256 = ? AND fingerprint = ?",
+                (text_sha256, fingerprint),
+            ).fetchone()
         if row is None:
             return None
         return numpy.frombuffer(row[0], dtype=VECTOR_DTYPE).astype(numpy.float16)
@@ -425,21 +635,74 @@ class Store:
         )
 
     @_guarded("read")
-    def _search_fts(self, table: str, rank: str, snippet: str, match: str, limit: int) -> list[Hit]:
+    def search_titles(self, match: str, limit: int) -> list[TitleHit]:
+        """BM25 over the notes' titles and aliases (weights 1.0 and 0.8), best first: up to `limit` notes.
+
+        Raises:
+            QueryError: FTS5 rejected `match`.
+            StoreError: the index cannot be read.
+        """
         if limit <= 0:
             return []
+        rows = self._match_rows(
+            "SELECT f.id, f.path, f.title, f.aliases, -bm25(notes_fts, 1.0, 0.8) FROM notes_fts"
+            " JOIN files AS f ON f.id = notes_fts.rowid WHERE notes_fts MATCH ?"
+            " ORDER BY bm25(notes_fts, 1.0, 0.8), f.id LIMIT ?",
+            (match, int(limit)),
+        )
+        return [_title_hit(*row) for row in rows]
+
+    @_guarded("read")
+    def notes_titled(self, names: list[str]) -> list[TitleHit]:
+        """The notes whose title or one of whose aliases is exactly one of `names` (compared casefolded and in
+        NFC by the caller: pass them so), by path.
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        wanted = {n for n in names if any(ch.isalnum() for ch in n)}
+        if not wanted:
+            return []
+        rows = self._match_rows(
+            "SELECT f.id, f.path, f.title, f.aliases, 0.0 FROM notes_fts JOIN files AS f ON f.id = notes_fts.rowid"
+            " WHERE notes_fts MATCH ? ORDER BY f.path",
+            (" OR ".join('"' + n.replace('"', '""') + '"' for n in sorted(wanted)),),
+        )
+        hits = [_title_hit(*row) for row in rows]
+        return [h for h in hits if any(_title_key(n) in wanted for n in (h.title, *h.aliases) if n)]
+
+    @_guarded("read")
+    def chunk_files(self, chunk_ids: list[int]) -> dict[int, int]:
+        """chunk id -> the id of its note's file (ids that no longer exist are left out).
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        return self._id_map("SELECT id, file_id FROM chunks WHERE id IN (SELECT value FROM json_each(?))", chunk_ids)
+
+    @_guarded("read")
+    def best_chunk_of(self, file_ids: list[int]) -> dict[int, int]:
+        """file id -> id of the chunk a note found by its title is shown by: its first chunk.
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        return self._id_map(
+            "SELECT file_id, MIN(id) FROM chunks WHERE file_id IN (SELECT value FROM json_each(?)) GROUP BY file_id",
+            file_ids,
+        )
+
+    def _id_map(self, sql: str, ids: list[int]) -> dict[int, int]:
+        """`sql` (two id columns, one `json_each(?)` of the ids) as a dict; {} for no ids."""
+        if not ids:
+            return {}
+        return dict(self._db.execute(sql, (json.dumps([int(i) for i in ids]),)).fetchall())
+
+    def _match_rows(self, sql: str, params: tuple) -> list[tuple]:
+        """The rows of an FTS5 MATCH query. Raises QueryError when FTS5 rejects the expression (SQLITE_ERROR),
+        StoreError for trouble with the index itself."""
         try:
-            rows = self._db.execute(
-                "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line,"
-                f" -{rank}, c.text, {snippet}"
-                f" FROM {table}"
-                f" JOIN chunks AS c ON c.id = {table}.rowid"
-                " JOIN files AS f ON f.id = c.file_id"
-                f" WHERE {table} MATCH ?"
-                f" ORDER BY {rank}, c.id"
-                " LIMIT ?",
-                (match, int(limit)),
-            ).fetchall()
+            return self._db.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             # FTS5 rejects a bad expression with the generic SQLITE_ERROR ("fts5: syntax error near
             # ...", "unterminated string", "no such column: x"); storage trouble has its own codes.
@@ -448,6 +711,22 @@ class Store:
             raise from_sqlite(self._path, exc, "read") from exc
         except sqlite3.Error as exc:
             raise from_sqlite(self._path, exc, "read") from exc
+
+    @_guarded("read")
+    def _search_fts(self, table: str, rank: str, snippet: str, match: str, limit: int) -> list[Hit]:
+        if limit <= 0:
+            return []
+        rows = self._match_rows(
+            "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line,"
+            f" -{rank}, c.text, {snippet}, f.title"
+            f" FROM {table}"
+            f" JOIN chunks AS c ON c.id = {table}.rowid"
+            " JOIN files AS f ON f.id = c.file_id"
+            f" WHERE {table} MATCH ?"
+            f" ORDER BY {rank}, c.id"
+            " LIMIT ?",
+            (match, int(limit)),
+        )
         if any(row[5] is None or row[6] is None for row in rows):
             # FTS5 pointing at rows it cannot score: its segments no longer match the chunks table.
             raise StoreError(
@@ -464,7 +743,8 @@ class Store:
                 score=float(row[5]),
                 text=row[6],
                 # A snippet of one very long "word" can run to thousands of characters.
-                excerpt=(row[7] if row[7] and row[7].strip() else row[6])[:EXCERPT_CHARS],
+                excerpt=clip_excerpt(row[7] if row[7] and row[7].strip() else row[6]),
+                title=row[8],
             )
             for row in rows
         ]
@@ -480,6 +760,7 @@ class Store:
         conn = self._require_batch("rebuild_keyword_index")
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
         conn.execute("INSERT INTO chunks_cjk(chunks_cjk) VALUES ('rebuild')")
+        conn.execute("INSERT INTO notes_fts(notes_fts) VALUES ('rebuild')")
         self._mark_compact_pending(conn)
 
     @_guarded("read")
@@ -513,8 +794,8 @@ class Store:
 
     @_guarded("read")
     def chunks_by_ids(self, ids: list[int]) -> list[Hit]:
-        """The chunks with these ids, in the order asked, as Hits with score 0 and the first 200
-        characters as excerpt. Ids that no longer exist are left out.
+        """The chunks with these ids, in the order asked, as Hits with score 0 and the start of the
+        text as excerpt (see clip_excerpt). Ids that no longer exist are left out.
 
         Raises:
             StoreError: the index cannot be read.
@@ -523,7 +804,7 @@ class Store:
         if not wanted:
             return []
         rows = self._db.execute(
-            "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line, c.text"
+            "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line, c.text, f.title"
             " FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
             " WHERE c.id IN (SELECT value FROM json_each(?))",
             (json.dumps(wanted),),
@@ -537,7 +818,8 @@ class Store:
                 end_line=row[4],
                 score=0.0,
                 text=row[5],
-                excerpt=row[5][:EXCERPT_CHARS],
+                excerpt=clip_excerpt(row[5]),
+                title=row[6],
             )
             for row in rows
         }
@@ -607,6 +889,7 @@ class Store:
             try:
                 conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')")
                 conn.execute("INSERT INTO chunks_cjk (chunks_cjk) VALUES ('optimize')")
+                conn.execute("INSERT INTO notes_fts (notes_fts) VALUES ('optimize')")
                 conn.execute("DELETE FROM meta WHERE key = ?", (_COMPACT_PENDING,))
                 conn.execute("COMMIT")
             except BaseException:
@@ -681,6 +964,22 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
+def _may_read_immutable(path: Path, error: sqlite3.Error | None) -> bool:
+    """Whether an index that mode=ro could not open may be read as immutable: only when SQLite could not open or
+    set up its side files (read-only media), not when it was busy or found damage, and only when no -wal file
+    holds changes that immutable reading would silently skip."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    if not (name.startswith("SQLITE_CANTOPEN") or name.startswith("SQLITE_READONLY")):
+        return False
+    wal = path.with_name(path.name + "-wal")
+    try:
+        return wal.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def _configure(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     # Only switch when needed: the switch takes an exclusive lock, a plain query does not.
@@ -710,3 +1009,8 @@ def _close_quietly(conn: sqlite3.Connection | None) -> None:
 
 
 __all__ = ["Store", "ChunkRow", "FileState", "Hit"]
+
+
+def _title_hit(file_id: int, path: str, title: str, aliases: str, score: float | None) -> TitleHit:
+    """A TitleHit from a files row (aliases are stored one per line)."""
+    return TitleHit(file_id, path, title, tuple(a for a in aliases.split("\n") if a), float(score or 0.0))

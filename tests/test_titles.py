@@ -1,0 +1,178 @@
+"""Notes are found by what they are called: the title (frontmatter `title`, first `#` heading, file name) and the
+frontmatter aliases are searched as a list of their own in hybrid search, an exact title leads, and the title
+leads the breadcrumb the embedder and the reranker read."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from conftest import FakeEmbedder, searcher_with, write
+from puremind.chunker import MAX_ALIASES, breadcrumb, note_title
+from puremind.config import load_settings
+from puremind.indexer import embed_text, index_vault
+from puremind.store import Store
+from puremind.store import schema
+
+
+@pytest.mark.parametrize(("text", "rel", "title", "aliases"), [
+    ("---\ntitle: \"Espresso at home\"\naliases: [coffee, 'brew']\n---\n# Heading\n", "a/b.md",
+     "Espresso at home", ("coffee", "brew")),
+    ("---\naliases:\n  - Kaffee\n  - \"café\"\ntags: x\n---\n# Heading one\n\ntext", "a/b.md", "Heading one",
+     ("Kaffee", "café")),
+    ("---\nalias: Solo  # a comment\n---\nno heading here", "notes/1.1.5.md", "1.1.5", ("Solo",)),
+    ("```\n# not a heading\n```\n## second level\n", "x.markdown", "x", ()),
+    ("#tag is not a heading\n", ".hidden-name", ".hidden-name", ()),
+    ("---\ntitle:\n---\n# From the heading\n", "n.md", "From the heading", ()),
+    ("---\ntitle: Same\naliases: [same, SAME, other]\n---\n", "n.md", "Same", ("other",)),
+])
+def test_a_notes_title_is_its_frontmatter_title_else_its_first_h1_else_its_file_name(text, rel, title, aliases):
+    assert note_title(text, rel) == (note_title(text, rel).__class__(title, aliases))
+
+
+def test_aliases_are_bounded_in_number_and_length():
+    many = "---\naliases:\n" + "".join(f"  - alias {i} {'x' * 400}\n" for i in range(50)) + "---\n"
+    named = note_title(many, "n.md")
+    assert len(named.aliases) == MAX_ALIASES and all(len(a) <= 300 for a in named.aliases)
+
+
+def test_the_title_leads_the_breadcrumb_once():
+    assert breadcrumb("Coffee", ("Coffee", "Grinder")) == ("Coffee", "Grinder")
+    assert breadcrumb("1.1.5", ("Fixes",)) == ("1.1.5", "Fixes")
+    assert breadcrumb("", ()) == ()
+    from puremind.chunker import chunk_markdown
+
+    (chunk,) = chunk_markdown("Fixed the crash on start.\n")
+    assert embed_text(chunk, "1.1.5").startswith("1.1.5\n\n")
+
+
+@pytest.fixture
+def release_vault(tmp_path):
+    root = tmp_path / "vault"
+    # Release notes named by version only, no heading; other notes say "1.1.5" in their text, often.
+    write(root, "releases/1.1.5.md", "Fixed the crash on start and the slow sync.\n")
+    write(root, "releases/1.1.4.md", "Added dark mode.\n")
+    write(root, "planning.md", "# Planning\n\n1.1.5 ships after 1.1.4; 1.1.5 needs the sync fix; 1.1.5 is late.\n")
+    write(root, "coffee.md", "---\naliases: [Kaffee, morning brew]\n---\n# Espresso\n\nThe grinder is at 2.4.\n")
+    write(root, "espresso-notes.md", "# Notes\n\nespresso espresso espresso, dialled in every morning.\n")
+    return root
+
+
+def _settings(tmp_path, vault):
+    return load_settings({"vault": vault, "db": tmp_path / "index.sqlite"})
+
+
+def _index(settings, vault, embedder=None):
+    store = Store.open(settings.db)
+    try:
+        index_vault(store, vault, embedder=embedder)
+    finally:
+        store.close()
+
+
+def _paths(searcher, query, **kw):
+    return [h.path for h in searcher.search(query, 5, **kw).hits]
+
+
+def test_a_query_for_a_notes_exact_title_finds_that_note_first(tmp_path, release_vault):
+    settings = _settings(tmp_path, release_vault)
+    _index(settings, release_vault)
+    searcher = searcher_with(settings)
+    assert _paths(searcher, "1.1.5")[0] == "releases/1.1.5.md"
+    assert _paths(searcher, "Espresso")[0] == "coffee.md"  # the title, over a note that repeats the word
+    assert _paths(searcher, "KAFFEE")[0] == "coffee.md"  # an alias, in any case
+    assert _paths(searcher, "morning brew")[0] == "coffee.md"
+    # --lexical-only keeps the spec's BM25 over chunks: a file name is not text
+    assert "releases/1.1.5.md" not in _paths(searcher, "1.1.5", lexical_only=True)
+    searcher.close()
+
+
+def test_without_the_title_list_the_file_name_is_not_found_which_is_what_it_fixes(tmp_path, release_vault):
+    import dataclasses
+
+    settings = _settings(tmp_path, release_vault)
+    _index(settings, release_vault)
+    searcher = searcher_with(settings)
+    searcher.params = dataclasses.replace(searcher.params, titles=False)
+    assert "releases/1.1.5.md" not in _paths(searcher, "1.1.5")
+    searcher.close()
+
+
+def test_a_title_word_ranks_a_note_found_in_its_text_higher(tmp_path, release_vault):
+    settings = _settings(tmp_path, release_vault)
+    write(release_vault, "sync.md", "# Sync\n\nThe slow sync is fixed by batching.\n")
+    _index(settings, release_vault)
+    searcher = searcher_with(settings)
+    assert _paths(searcher, "slow sync")[0] == "sync.md"
+    searcher.close()
+
+
+def test_a_changed_title_is_searched_and_the_old_one_is_forgotten(tmp_path, release_vault):
+    settings = _settings(tmp_path, release_vault)
+    _index(settings, release_vault)
+    write(release_vault, "coffee.md", "# Tea\n\nThe kettle is at 80 degrees.\n")
+    _index(settings, release_vault)
+    searcher = searcher_with(settings)
+    assert _paths(searcher, "Tea")[0] == "coffee.md"
+    assert "coffee.md" not in _paths(searcher, "Kaffee")
+    searcher.close()
+    (release_vault / "coffee.md").unlink()
+    _index(settings, release_vault)
+    store = Store.open(settings.db, create=False)
+    try:
+        assert store.search_titles('"tea"', 5) == []  # a removed note leaves no title behind
+    finally:
+        store.close()
+
+
+def test_the_embedder_and_the_reranker_read_the_title_first(tmp_path, release_vault):
+    settings = _settings(tmp_path, release_vault)
+    embedder = FakeEmbedder()
+    _index(settings, release_vault, embedder)
+    assert any(t.startswith("1.1.5\n\nFixed the crash") for t in embedder.embedded)
+
+    class Recording:
+        languages = ()
+
+        def __init__(self):
+            self.passages = []
+
+        def score(self, query, passages):
+            self.passages.extend(passages)
+            return [0.5] * len(passages)
+
+    reranker = Recording()
+    searcher = searcher_with(settings, embedder=embedder, reranker=reranker, rerank=True)
+    searcher.search("crash on start", 5)
+    assert any(p.startswith("1.1.5\n\nFixed the crash") for p in reranker.passages)
+    searcher.close()
+
+
+def test_an_older_index_gets_its_notes_file_names_as_titles_and_its_next_run_the_real_ones(tmp_path, release_vault):
+    db = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(db, isolation_level=None)
+    schema.migrate(conn, schema.MIGRATIONS[:4])  # an index of the release before titles
+    conn.execute("INSERT INTO files (path, sha256, size, mtime_ns, indexed_at) VALUES ('releases/1.1.5.md', 'x', 1, 1, 0)")
+    conn.execute("INSERT INTO files (path, sha256, size, mtime_ns, indexed_at) VALUES ('coffee.md', 'y', 1, 1, 0)")
+    conn.close()
+    store = Store.open(db)
+    try:
+        assert [t.path for t in store.search_titles('"1.1.5"', 5)] == ["releases/1.1.5.md"]
+        assert [t.title for t in store.search_titles('"coffee"', 5)] == ["coffee"]
+        index_vault(store, release_vault)  # the chunker signature changed: every note is read again
+        assert [t.title for t in store.search_titles('"espresso"', 5)] == ["Espresso"]
+    finally:
+        store.close()
+
+
+def test_a_question_that_names_a_note_in_passing_is_not_taken_for_its_title(tmp_path):
+    vault = tmp_path / "vault"
+    write(vault, "git.md", "# git\n\n> Distributed version control system.\n")
+    write(vault, "tig.md", "# tig\n\n> A text-mode interface for git to browse commits.\n")
+    settings = _settings(tmp_path, vault)
+    _index(settings, vault)
+    searcher = searcher_with(settings)
+    assert _paths(searcher, "text-mode interface for git to browse commits")[0] == "tig.md"
+    assert _paths(searcher, "git")[0] == "git.md"
+    searcher.close()
