@@ -7,6 +7,7 @@ event, then makes a visible change and checks that exactly that one run followed
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -730,14 +731,31 @@ WATCH_LIMIT = 64
 LIMIT_LINE = "error: cannot watch the vault: the system limit on watched folders was reached (fs.inotify.max_user_watches)"
 
 
-def _watch_under_a_watch_limit(vault: Path, home: Path) -> subprocess.Popen:
-    """`puremind watch` in a user namespace of its own whose inotify watch limit is WATCH_LIMIT: a real kernel
-    limit, for this child only (the machine's own setting is not touched)."""
+@contextlib.contextmanager
+def _watch_child(argv: list[str], home: Path, **popen):
+    """A `puremind watch` child with a home of its own and no PUREMIND_* settings from this shell; yields the
+    process and a queue of its stdout lines, and kills it on the way out if it is still running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PUREMIND_")}
     env.update(PUREMIND_HOME=str(home), PUREMIND_EMBED_MODEL="none", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in iter(proc.stdout.readline, "")], daemon=True)
+    reader.start()
+    try:
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(DEADLINE)
+
+
+def _watch_under_a_watch_limit(vault: Path, home: Path):
+    """`puremind watch` in a user namespace of its own whose inotify watch limit is WATCH_LIMIT: a real kernel
+    limit, for this child only (the machine's own setting is not touched)."""
     script = f'echo {WATCH_LIMIT} > /proc/sys/user/max_inotify_watches && exec "$0" -m puremind watch "$1" --debounce 0.1'
-    return subprocess.Popen(["unshare", "-Ur", "sh", "-c", script, sys.executable, str(vault)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    return _watch_child(["unshare", "-Ur", "sh", "-c", script, sys.executable, str(vault)], home,
+                        stdin=subprocess.DEVNULL)
 
 
 def _assert_the_limit_error(proc: subprocess.Popen, out: str, err: str) -> None:
@@ -752,14 +770,10 @@ def test_a_vault_with_more_folders_than_the_watch_limit_stops_the_watch_at_start
     vault = tmp_path / "vault"
     for i in range(WATCH_LIMIT + 6):
         write(vault, f"f{i:03d}/n.md", f"# N{i}\n\nword{i}\n")
-    proc = _watch_under_a_watch_limit(vault, tmp_path / "home")
-    try:
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    _assert_the_limit_error(proc, out, err)
+    with _watch_under_a_watch_limit(vault, tmp_path / "home") as (proc, _lines):
+        proc.wait(timeout=60)
+        err = proc.stderr.read()
+    _assert_the_limit_error(proc, "", err)
 
 
 @needs_userns
@@ -769,22 +783,13 @@ def test_folders_made_while_watching_past_the_watch_limit_stop_the_watch_with_th
     vault = tmp_path / "vault"
     for i in range(WATCH_LIMIT - 4):
         write(vault, f"f{i:03d}/n.md", f"# N{i}\n\nword{i}\n")
-    proc = _watch_under_a_watch_limit(vault, tmp_path / "home")
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in iter(proc.stdout.readline, "")], daemon=True)
-    reader.start()
-    try:
+    with _watch_under_a_watch_limit(vault, tmp_path / "home") as (proc, lines):
         assert lines.get(timeout=DEADLINE * 4).startswith("indexed "), "no first run"
         for i in range(8):
             (vault / f"new{i}").mkdir()
         write(vault, "new7/late.md", "# Late\n\nlateword\n")
         proc.wait(timeout=DEADLINE * 4)
-        reader.join(DEADLINE)
         err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     _assert_the_limit_error(proc, "", err)
 
 
@@ -911,14 +916,8 @@ def test_a_mark_left_by_a_crashed_watch_is_compacted_by_the_next_watch_and_by_in
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
 def test_ctrl_c_stops_the_watch_with_exit_130_after_compacting_and_sigterm_with_0(tmp_path, vault, sig, code):
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PUREMIND_")}
-    env.update(PUREMIND_HOME=str(home), PUREMIND_EMBED_MODEL="none", PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "puremind", "watch", str(vault), "--debounce", "0.1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in iter(proc.stdout.readline, "")], daemon=True)
-    reader.start()
-    try:
+    argv = [sys.executable, "-m", "puremind", "watch", str(vault), "--debounce", "0.1"]
+    with _watch_child(argv, home, preexec_fn=default_sigint) as (proc, lines):
         assert lines.get(timeout=DEADLINE).startswith("indexed "), "no first run"
         (vault / "coffee.md").unlink()
         assert "1 removed" in lines.get(timeout=DEADLINE)
@@ -926,12 +925,7 @@ def test_ctrl_c_stops_the_watch_with_exit_130_after_compacting_and_sigterm_with_
         assert meta(db, "compact_pending") == "1"
         proc.send_signal(sig)
         proc.wait(timeout=DEADLINE)
-        reader.join(DEADLINE)
         err = proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == code, err
     assert "Traceback" not in err and ("error: interrupted" in err) == (code == 130)
     assert "InotifyEmitter" not in err

@@ -96,8 +96,14 @@ class _LazyModel:
         if self.threads:
             torch.set_num_threads(int(self.threads))  # process-wide in torch; only when asked for
         cls = AutoModel if self.kind == "embedder" else AutoModelForSequenceClassification
+        # transformers 4.56 renamed from_pretrained's `torch_dtype` to `dtype`; the older name still works there,
+        # with a deprecation warning, so the name follows the installed release (the range is >=4.51.3,<4.58).
+        import transformers
+
+        major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+        dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
         try:
-            model = cls.from_pretrained(str(self.model_dir), trust_remote_code=False, dtype=torch.float32)
+            model = cls.from_pretrained(str(self.model_dir), trust_remote_code=False, **{dtype_kw: torch.float32})
         except Exception as exc:  # transformers raises OSError/ValueError/... for a bad folder
             raise ModelError(f"transformers cannot load {self.model_dir}: {str(exc).splitlines()[0]}") from exc
         return model.to(self.device).eval()
