@@ -758,8 +758,8 @@ def _watch_under_a_watch_limit(vault: Path, home: Path):
                         stdin=subprocess.DEVNULL)
 
 
-def _assert_the_limit_error(proc: subprocess.Popen, out: str, err: str) -> None:
-    assert proc.returncode == 2, (out, err)
+def _assert_the_limit_error(proc: subprocess.Popen, err: str) -> None:
+    assert proc.returncode == 2, err
     assert LIMIT_LINE in err.splitlines(), err
     assert "sudo sysctl fs.inotify.max_user_watches=524288" in err
     assert "Traceback" not in err
@@ -773,7 +773,7 @@ def test_a_vault_with_more_folders_than_the_watch_limit_stops_the_watch_at_start
     with _watch_under_a_watch_limit(vault, tmp_path / "home") as (proc, _lines):
         proc.wait(timeout=60)
         err = proc.stderr.read()
-    _assert_the_limit_error(proc, "", err)
+    _assert_the_limit_error(proc, err)
 
 
 @needs_userns
@@ -790,7 +790,7 @@ def test_folders_made_while_watching_past_the_watch_limit_stop_the_watch_with_th
         write(vault, "new7/late.md", "# Late\n\nlateword\n")
         proc.wait(timeout=DEADLINE * 4)
         err = proc.stderr.read()
-    _assert_the_limit_error(proc, "", err)
+    _assert_the_limit_error(proc, err)
 
 
 def test_events_lost_by_the_kernel_start_a_run(watching, vault, db):
