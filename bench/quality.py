@@ -870,14 +870,14 @@ def render(report: dict[str, Any]) -> str:
     if "beir" in report:
         results = report["beir"]
         n = len(next(iter(results.values())))
-        parts.append(f"### SciFact (BEIR test), {n} queries, one note per abstract\n\nEmbedder: {report['model_line']}. "
+        parts.append(f"### SciFact (BEIR {report.get('scifact_split', 'test')}), {n} queries, one note per abstract\n\nEmbedder: {report['model_line']}. "
                      "nDCG@10 and MRR@10 at the product's 50 candidates; Recall@100 from the same configuration with "
                      "candidates = 100 (the fused list is cut at `candidates`).\n")
         parts.append(metric_table(results, ["nDCG@10", "MRR@10", "R@100"]))
     if "ml" in report:
         results = report["ml"]
         n = len(next(iter(results.values())))
-        parts.append(f"### Six-language set (birkin-mnemosyne), test split, {n} queries, 160 gold notes, siblings dropped\n\n"
+        parts.append(f"### Six-language set (birkin-mnemosyne), {report.get('ml_split', 'test')} split, {n} queries, 160 gold notes, siblings dropped\n\n"
                      f"Embedder: {report['model_line']}.\n\nRecall@5 per language:\n")
         parts.append(group_table(results, "R@5", "lang", LANGS))
         parts.append(f"\nMRR@10 per language ({report['model_line']}):\n")
@@ -1031,6 +1031,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(default: --variants for both)")
     p.add_argument("--max-queries", type=int, default=None, help="only the first N questions / queries (smoke runs)")
     p.add_argument("--split", default="test", help="six-language split to score (dev or test)")
+    p.add_argument("--scifact-split", default="test", help="SciFact qrels to score (test, or train for tuning)")
     p.add_argument("--cache", type=Path, default=None,
                    help="embedding memo file (default: PUREMIND_HOME/bench-quality-embeddings.sqlite)")
     p.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing")
@@ -1041,7 +1042,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     for item in filter(None, args.fusion.split(",")):
         name, _, value = item.partition("=")
-        FUSION[name.strip()] = value.strip().lower() == "true" if value.strip().lower() in ("true", "false") else float(value)
+        FUSION[name.strip()] = _fusion_value(value.strip())
     if not (args.longmemeval or args.scifact or args.multilingual):
         p.error("give at least one of --longmemeval, --scifact, --multilingual")
 
@@ -1070,6 +1071,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.multilingual:
         progress("six-language set ...")
         ml_notes, ml_queries = load_multilingual(args.multilingual, args.split)
+        report["ml_split"] = args.split
         if args.max_queries:
             ml_queries = ml_queries[: args.max_queries]
         report["ml"] = bench_multilingual(ml_notes, ml_queries, models, base)
@@ -1078,7 +1080,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         })
     if args.scifact:
         progress("SciFact ...")
-        data = load_beir(args.scifact)
+        data = load_beir(args.scifact, args.scifact_split)
+        report["scifact_split"] = args.scifact_split
         if args.max_queries:
             keep = list(data.queries)[: args.max_queries]
             data = dataclasses.replace(data, queries={q: data.queries[q] for q in keep})
@@ -1123,6 +1126,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_section(SECTION, command, text.rstrip("\n"))
     cache.close()
     return 0
+
+
+def _fusion_value(value: str) -> Any:
+    """A --fusion value as its RetrievalParams field takes it: true/false, a number, else the word."""
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 def _lme_variants(given: list[list[str]] | None, default: Sequence[str], parser: argparse.ArgumentParser

@@ -11,6 +11,13 @@ language (every k-th page by path, so the sample is the same in every run):
 Three configurations in the same run: keyword (`--lexical-only`, the spec's BM25 over chunks), hybrid without the
 title list (the Searcher before titles), and hybrid with it (today). Several pages share a name across platforms
 (`common/tar.md`, `linux/tar.md`): a hit on any page of that name counts for "name".
+
+`--semantic` indexes with the configured embedder (PUREMIND_EMBED_MODEL) and compares keyword search, hybrid
+without the language gate, hybrid without the all-words list, and hybrid as configured. `--fragments` replaces the description query by the middle
+half of the description's longest unspaced run (pages whose fragment no other page shares): what a question in
+Thai or Chinese holds, a piece of a run that never equals a whole run of the note. `--fusion FIELD=VALUE,...`
+adds a row with those RetrievalParams; `--workdir DIR` keeps each language's vault and index there for the next
+run.
 """
 
 from __future__ import annotations
@@ -65,6 +72,23 @@ def queries_for(vault: Path, n: int) -> list[tuple[str, str, str]]:
     return out
 
 
+def fragment(description: str) -> str:
+    """The middle half of the description's longest whitespace-separated run ('' when that run is under 8
+    characters)."""
+    runs = description.split()
+    run = max(runs, key=len) if runs else ""
+    return run[len(run) // 4: len(run) * 3 // 4] if len(run) >= 8 else ""
+
+
+def fragment_queries(vault: Path, n: int) -> list[tuple[str, str, str]]:
+    """(path, name, fragment) for up to n pages (by path) whose description fragment no other page shares."""
+    from collections import Counter
+
+    every = queries_for(vault, 10 ** 9)
+    counts = Counter(fragment(d) for _, _, d in every)
+    return [(rel, name, fragment(d)) for rel, name, d in every if fragment(d) and counts[fragment(d)] == 1][:n]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("archive", type=Path)
@@ -74,9 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--semantic", action="store_true",
                    help="index and search with the configured embedder too (PUREMIND_EMBED_MODEL), with and "
                         "without the language gate")
+    p.add_argument("--fragments", action="store_true",
+                   help="query a fragment of the description's longest run instead of the whole line")
+    p.add_argument("--fusion", default="", metavar="FIELD=VALUE,...", help="add a row with these RetrievalParams")
+    p.add_argument("--workdir", type=Path, help="keep each language's vault and index here (reused next run)")
     args = p.parse_args(argv)
 
+    import contextlib
+    import dataclasses
     import os
+
+    from bench.quality import _fusion_value
 
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     from puremind.config import load_settings
@@ -94,13 +126,23 @@ def main(argv: list[str] | None = None) -> int:
         configs = {
             "keyword (--lexical-only)": (RetrievalParams(rerank=False), True),
             "hybrid, no language gate": (RetrievalParams(rerank=False, language_gate=False), False),
-            "hybrid, language gate": (RetrievalParams(rerank=False), False),
+            "hybrid, no all-words list": (RetrievalParams(rerank=False, all_words_weight=0.0), False),
+            "hybrid": (RetrievalParams(rerank=False), False),
         }
+    if args.fusion:
+        trial = {k.strip(): _fusion_value(v.strip()) for k, _, v in
+                 (item.partition("=") for item in args.fusion.split(",") if item)}
+        configs[f"hybrid, {args.fusion}"] = (dataclasses.replace(RetrievalParams(rerank=False), **trial), False)
     rows = []
     for lang in args.langs:
-        with tempfile.TemporaryDirectory(prefix="puremind-titles-") as tmp:
+        with contextlib.ExitStack() as stack:
+            if args.workdir:
+                tmp = str(args.workdir / lang)
+                Path(tmp).mkdir(parents=True, exist_ok=True)
+            else:
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="puremind-titles-"))
             vault = Path(tmp) / "vault"
-            pages = extract(args.archive, lang, vault)
+            pages = extract(args.archive, lang, vault) if not vault.is_dir() else sum(1 for _ in vault.rglob("*.md"))
             if not pages:
                 print(f"{lang}: no pages", file=sys.stderr)
                 continue
@@ -115,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             index_vault(store, vault, embedder=embedder)
             store.close()
             seconds = time.monotonic() - started
-            sample = queries_for(vault, args.queries)
+            sample = fragment_queries(vault, args.queries) if args.fragments else queries_for(vault, args.queries)
             by_name = defaultdict(set)
             for rel in (q.relative_to(vault).as_posix() for q in vault.rglob("*.md")):
                 by_name[rel.rsplit("/", 1)[-1][:-3]].add(rel)
@@ -135,12 +177,13 @@ def main(argv: list[str] | None = None) -> int:
                         desc_mrr += mrr(ranked, {rel})
                         n_desc += 1
                 searcher.close()
-                n = len(sample)
+                n = max(len(sample), 1)
                 rows.append((lang, pages, label, n, hit1 / n, name_mrr / n, desc_mrr / max(n_desc, 1), seconds))
                 print(f"{lang:3} {label:26} name hit@1 {hit1 / n:.3f} MRR@10 {name_mrr / n:.3f}  "
                       f"description MRR@10 {desc_mrr / max(n_desc, 1):.3f}", file=sys.stderr)
 
-    header = "| language | pages | configuration | queries | name hit@1 | name MRR@10 | description MRR@10 |"
+    what_desc = "fragment MRR@10" if args.fragments else "description MRR@10"
+    header = f"| language | pages | configuration | queries | name hit@1 | name MRR@10 | {what_desc} |"
     lines = [header, "|---|---|---|---|---|---|---|"]
     for lang, pages, label, n, h1, nm, dm, _ in rows:
         lines.append(f"| {lang} | {pages} | {label} | {n} | {h1:.3f} | {nm:.3f} | {dm:.3f} |")
@@ -152,11 +195,15 @@ def main(argv: list[str] | None = None) -> int:
         from bench.index_speed import write_section
 
         command = "python bench/titles.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-        what = ("Semantic search on (PUREMIND_EMBED_MODEL, int8 on the CPU), with and without the language gate"
+        what = ("Semantic search on (PUREMIND_EMBED_MODEL, int8 on the CPU)"
                 if args.semantic else "Semantic search off (keyword lists only)")
+        if args.fragments:
+            what += ("; the description query is the middle half of its longest run, on the pages whose fragment "
+                     "no other page shares")
         body = (f"{what}; {args.queries} pages per language (every k-th by path); "
                 f"{platform.machine()}, Python {platform.python_version()}.\n\n{table}")
-        write_section(SECTION_SEMANTIC if args.semantic else SECTION, command, body)
+        section = SECTION_SEMANTIC if args.semantic else SECTION
+        write_section(section + ("-fragments" if args.fragments else ""), command, body)
     return 0
 
 

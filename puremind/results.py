@@ -12,8 +12,10 @@ from pydantic import BaseModel, Field
 
 SCORE_MEANINGS = {
     "reranked": "cross-encoder probability from 0 to 1; higher is more relevant",
-    # 1/(rrf_k + 1) from each list a passage tops: keyword, CJK characters and dense, so 3/61 at the default k.
-    "hybrid": "reciprocal rank fusion value (at most about 0.05); higher is better; compare only within this list",
+    # weight/(rrf_k + rank) from each list that found the passage (README, Search): 1/61 for a first place in one
+    # list at the default k; an exact title's list outweighs the others together.
+    "hybrid": "reciprocal rank fusion value (about 0.016 for a first place in one list); higher is better; compare "
+              "only within this list",
     "lexical": "BM25 keyword score; higher is better; compare only within this list",
 }
 

@@ -14,7 +14,10 @@ from puremind.config import load_settings, replace
 from puremind.errors import FingerprintMismatch, QueryError
 from puremind.indexer import index_vault
 from puremind.retrieval.dense import DenseIndex
+from puremind.models.lazy import Models
 from puremind.retrieval.fusion import reciprocal_rank_fusion
+from puremind.retrieval.lexical import fts_all_words_expression
+from puremind.retrieval.pipeline import RetrievalParams, Searcher
 from puremind.store import Store
 
 
@@ -48,6 +51,14 @@ def test_cjk_runs_become_characters_and_overlapping_pairs():
     assert cjk_terms("plain English") == ""
     assert cjk_match_expression("nothing here") is None
     assert cjk_match_expression("京都") == '"京" OR "都" OR "京都"'
+
+
+def test_thai_lao_khmer_and_burmese_runs_become_characters_and_pairs_too():
+    assert cjk_terms("Cafe กาแฟ!") == "ก า แ ฟ กา าแ แฟ"
+    assert cjk_terms("ລາວ") == "ລ າ ວ ລາ າວ"
+    assert cjk_terms("ខ្មែរ").split()[:2] == ["ខ", "្"]
+    assert cjk_terms("မြန်") .startswith("မ ြ")
+    assert cjk_terms("Привет, мир") == ""  # spaced scripts keep to BM25
 
 
 def test_dense_search_returns_the_most_similar_ids_best_first():
@@ -116,7 +127,8 @@ def test_without_the_reranker_scores_are_rrf_values(indexed, fake_embedder):
     s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     out = s.search("grinder espresso", 5)
     assert out.mode == "hybrid" and out.hits[0].path == "coffee.md"
-    assert 0 < out.hits[0].score <= 3 / 61
+    p = RetrievalParams()  # a first place in each list the query feeds: keyword, all words, dense, titles
+    assert 0 < out.hits[0].score <= (p.lexical_weight + p.all_words_weight + p.dense_weight + p.title_weight) / 61
 
 
 def test_lexical_only_gives_bm25_scores(indexed, fake_embedder):
@@ -129,6 +141,17 @@ def test_hybrid_search_matches_cjk_text_that_keyword_search_alone_misses(indexed
     assert s.search("京都 旅館", 5, lexical_only=True).hits == []
     assert s.search("京都 旅館", 5).hits[0].path == "japan.md"
     assert s.search("서울", 5).hits[0].path == "korea.md"
+
+
+def test_hybrid_search_finds_a_thai_note_by_part_of_an_unspaced_run(tmp_path, vault, fake_embedder):
+    write(vault, "thai.md", "# ร้านกาแฟ\n\nร้านกาแฟใกล้สถานีรถไฟเปิดทุกวันตั้งแต่เจ็ดโมงเช้า\n")
+    write(vault, "other.md", "# Notes\n\nA note about trains in English.\n")
+    db = tmp_path / "thai.sqlite"
+    with Store.open(db) as store:
+        index_vault(store, vault, embedder=fake_embedder)
+    s = searcher_with(replace(load_settings(), vault=vault, db=db), rerank=False, embedder=fake_embedder)
+    assert s.search("สถานีรถไฟ", 5, lexical_only=True).hits == []  # the spec's BM25: one run is one word
+    assert s.search("สถานีรถไฟ", 5).hits[0].path == "thai.md"
 
 
 def test_a_changed_embedder_is_refused(indexed):
@@ -199,3 +222,28 @@ def test_a_long_lived_searcher_follows_an_index_file_that_was_deleted_and_made_a
     store.close()
     assert [h.path for h in s.search("grinder", 5, lexical_only=True).hits] == []
     assert s.search("deploy", 5).hits[0].path == "projects/deploy.md"
+
+
+def test_fts_all_words_expression_needs_every_word():
+    assert fts_all_words_expression("rsync") is None
+    assert fts_all_words_expression('rsync "delete" Rsync') == '"rsync" AND """delete"""'
+
+
+def test_a_passage_with_every_word_of_the_query_is_lifted_by_the_all_words_list(tmp_path, vault, fake_embedder):
+    write(vault, "all.md", "# Sync\n\nUse rsync to delete files on the remote side, with care and a dry run first.\n")
+    write(vault, "b.md", "# Copy\n\nrsync rsync rsync delete delete delete.\n")
+    write(vault, "c.md", "# Far\n\nremote remote remote rsync rsync rsync.\n")
+    db = tmp_path / "words.sqlite"
+    with Store.open(db) as store:
+        index_vault(store, vault, embedder=fake_embedder)
+    query = "rsync delete remote"
+
+    def first(**params) -> str:
+        s = Searcher(db, Models.given(fake_embedder), RetrievalParams(rerank=False, **params))
+        try:
+            return s.search(query, 3).hits[0].path
+        finally:
+            s.close()
+
+    assert first(all_words_weight=0.0) != "all.md"  # BM25 and the embedder both prefer the repeated words
+    assert first() == "all.md"

@@ -306,6 +306,27 @@ def test_an_older_index_is_upgraded_by_the_pending_migration_only(db: Path):
     conn.close()
 
 
+def test_an_index_from_before_thai_matching_gets_its_thai_runs_as_characters_and_pairs(db: Path):
+    thai = "ร้านกาแฟใกล้สถานีรถไฟ"
+    s = Store.open(db)
+    with s.batch():
+        s.put_file("thai.md", "h1", 1, 0, [chunk(0, f"{thai} เปิดทุกวัน")])
+        s.put_file("english.md", "h2", 1, 0, [chunk(0, "plain English only")])
+    s.close()
+    # The index as the code before migration 6 left it: Thai runs were not in cjk_text.
+    conn = raw(db)
+    conn.execute("UPDATE chunks SET cjk_text = ''")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 6")
+    assert conn.execute("SELECT count(*) FROM chunks_cjk WHERE chunks_cjk MATCH '\"สถ\"'").fetchone() == (0,)
+    conn.close()
+    with Store.open(db, create=False) as s:  # opening upgrades it
+        assert [h.path for h in s.search_cjk('"สถ" OR "ถา"', 5)] == ["thai.md"]
+    conn = raw(db)
+    assert conn.execute("SELECT cjk_text FROM chunks JOIN files f ON f.id = file_id WHERE f.path = 'english.md'"
+                        ).fetchone() == ("",)
+    conn.close()
+
+
 def test_a_failing_migration_leaves_no_trace(db: Path):
     Store.open(db).close()
     broken = schema.MIGRATIONS + (

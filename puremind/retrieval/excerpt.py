@@ -13,15 +13,13 @@ import functools
 import re
 import unicodedata
 
+from puremind.cjk import UNSPACED_CHARS
+
 EXCERPT_CHARS = 200
 ELLIPSIS = "…"
 
 # The same characters as puremind.cjk: written without spaces, so each one is a word of its own here.
-_CJK = (
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-    "\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f"
-    "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
-)
+_CJK = UNSPACED_CHARS
 _TOKEN = re.compile(f"[{_CJK}]|(?:(?![{_CJK}])\\w)+")
 _CJK_CHAR = re.compile(f"[{_CJK}]")
 # Words too common to say where a passage matches (when the query has other words).

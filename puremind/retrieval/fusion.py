@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Hashable, Iterable, Sequence, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -34,3 +35,16 @@ def reciprocal_rank_fusion(rankings: Iterable[Sequence[K]], k: int = 60,
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     order = {item: i for i, item in enumerate(scores)}
     return sorted(scores.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One retriever's list for one query: ids best first, and its weight in the fusion."""
+
+    ids: Sequence[Hashable]
+    weight: float = 1.0
+
+
+def fuse(lists: Sequence[Ranked], k: int = 60) -> list[tuple[Hashable, float]]:
+    """reciprocal_rank_fusion of `lists`, each with its own weight."""
+    return reciprocal_rank_fusion([r.ids for r in lists], k, [r.weight for r in lists])

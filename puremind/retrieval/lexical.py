@@ -53,6 +53,15 @@ def fts_match_expression(query: str) -> str:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
+def fts_all_words_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression that only passages holding every searchable word of the query match (the quoted
+    words joined with AND); None for a query of fewer than two words, where it would be the OR expression."""
+    terms = query_terms(query)
+    if len(terms) < 2:
+        return None
+    return " AND ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
 def search_lexical(store: "Store", query: str, limit: int) -> list["Hit"]:
     """BM25 results for `query`, best first, at most `limit`.
 

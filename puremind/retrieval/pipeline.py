@@ -26,8 +26,8 @@ from puremind.messages import quiet as _quiet
 from puremind.langs import unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
-from puremind.retrieval.fusion import reciprocal_rank_fusion
-from puremind.retrieval.lexical import fts_match_expression
+from puremind.retrieval.fusion import Ranked, fuse
+from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression
 from puremind.chunker import breadcrumb
 from puremind.store import Hit, Store, title_key
 
@@ -38,6 +38,10 @@ Notice = Callable[[str], None]
 #: How long a model that cannot be had (not cached and offline, hub out of reach, not exported) is not asked
 #: for again: a long-lived server retries now and then instead of waiting on an unreachable hub every search.
 UNAVAILABLE_RETRY_S = 60.0
+
+
+#: The share of a query's words that a note's title (or one alias) must hold for the note to be in the title list.
+TITLE_COVERAGE = 0.75
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class RetrievalParams:
     #: a note whose title or alias is exactly the query leads the list
     titles: bool = True
     title_weight: float = 1.0
+    #: the share of the query's words that a title (or one alias) must hold for the note to be in the title list
+    title_coverage: float = TITLE_COVERAGE
     #: leave a model out of a query in a language it does not declare (puremind.langs.unread_language); the
     #: script rule always holds
     language_gate: bool = True
@@ -60,6 +66,8 @@ class RetrievalParams:
     lexical_weight: float = 1.0
     cjk_weight: float = 1.0
     dense_weight: float = 1.0
+    #: the list of passages that hold every word of the query (a query of two words or more)
+    all_words_weight: float = 1.5
 
 
 @dataclass
@@ -91,8 +99,6 @@ def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: 
     return True
 
 
-#: The share of a query's words that a note's title (or one alias) must hold for the note to be in the title list.
-TITLE_COVERAGE = 0.5
 
 
 def _words(text: str) -> set[str]:
@@ -269,27 +275,25 @@ class Searcher:
 
     def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float]]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""
-        cand = self.params.candidates
+        p = self.params
+        cand = p.candidates
         cjk = cjk_match_expression(query)
+        every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
         with store.snapshot():
-            p = self.params
-            rankings: list[list[int]] = [[h.chunk_id for h in store.search_lexical(match, cand)]]
-            weights = [p.lexical_weight]
+            lists = [Ranked([h.chunk_id for h in store.search_lexical(match, cand)], p.lexical_weight)]
             if cjk is not None:
-                rankings.append([h.chunk_id for h in store.search_cjk(cjk, cand)])
-                weights.append(p.cjk_weight)
+                lists.append(Ranked([h.chunk_id for h in store.search_cjk(cjk, cand)], p.cjk_weight))
+            if every is not None:
+                lists.append(Ranked([h.chunk_id for h in store.search_lexical(every, cand)], p.all_words_weight))
             if qvec is not None:
                 self._dense.refresh(store)
-                rankings.append([cid for cid, _ in self._dense.search(qvec, cand)])
-                weights.append(p.dense_weight)
-            if self.params.titles:
-                titled, exact = self._title_rankings(store, match, query, rankings)
+                lists.append(Ranked([cid for cid, _ in self._dense.search(qvec, cand)], p.dense_weight))
+            if p.titles:
+                titled, exact = self._title_rankings(store, match, query, [list(r.ids) for r in lists])
                 # An exact title outweighs every other list together (the title list too): that note comes first.
-                for ranking, weight in ((titled, p.title_weight), (exact, sum(weights) + p.title_weight + 1.0)):
-                    if ranking:
-                        rankings.append(ranking)
-                        weights.append(weight)
-            fused = reciprocal_rank_fusion(rankings, self.params.rrf_k, weights)[:cand]
+                exact_weight = sum(r.weight for r in lists) + p.title_weight + 1.0
+                lists += [Ranked(ids, w) for ids, w in ((titled, p.title_weight), (exact, exact_weight)) if ids]
+            fused = fuse(lists, p.rrf_k)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
         return hits, dict(fused)
 
@@ -301,7 +305,7 @@ class Searcher:
         # passing does not make every note named after that command a match (measured on tldr-pages).
         asked = _words(query)
         titled = [t for t in store.search_titles(match, self.params.candidates)
-                  if _covered(asked, (t.title, *t.aliases)) >= TITLE_COVERAGE]
+                  if _covered(asked, (t.title, *t.aliases)) >= self.params.title_coverage]
         exact = store.notes_titled([title_key(query)])
         if not titled and not exact:
             return [], []

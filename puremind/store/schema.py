@@ -150,6 +150,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             END""",
         ),
     ),
+    Migration(
+        6,
+        "chunks.cjk_text also holds Thai, Lao, Khmer and Burmese runs as characters and pairs",
+        # The update trigger of migration 3 keeps chunks_cjk in step.
+        (lambda conn: _fill_cjk_text(conn, only_changed=True),),
+    ),
 )
 
 
@@ -165,12 +171,17 @@ def _stem(path: str) -> str:
     return stem if dot and stem else name
 
 
-def _fill_cjk_text(conn: sqlite3.Connection) -> None:
-    """Compute cjk_text for the chunks of an older index (before its FTS index and triggers exist)."""
+def _fill_cjk_text(conn: sqlite3.Connection, *, only_changed: bool = False) -> None:
+    """Compute cjk_text for the chunks of an older index: all of them (before its FTS index and triggers exist),
+    or, `only_changed`, those whose stored value differs from today's rule (so the update trigger rewrites only
+    their FTS rows)."""
     from puremind.cjk import cjk_terms
 
-    rows = conn.execute("SELECT id, heading_text, text FROM chunks").fetchall()
-    updates = [(terms, cid) for cid, heading, text in rows if (terms := cjk_terms(heading + "\n" + text))]
+    rows = conn.execute("SELECT id, heading_text, text, cjk_text FROM chunks")
+    updates = [
+        (terms, cid) for cid, heading, text, old in rows
+        if (terms := cjk_terms(heading + "\n" + text)) != old and (terms or only_changed)
+    ]
     conn.executemany("UPDATE chunks SET cjk_text = ? WHERE id = ?", updates)
 
 LATEST_VERSION = MIGRATIONS[-1].version
