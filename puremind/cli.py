@@ -152,13 +152,14 @@ def search(
     query: str = typer.Argument(..., help="What to look for, in plain words."),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=50, help="How many passages to show, 1 to 50."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring."),
+    rerank_budget: Optional[float] = typer.Option(None, "--rerank-budget", metavar="SECONDS", help="Seconds the cross-encoder may take (0 = no bound; default [retrieval] rerank_budget)."),
     lexical_only: bool = typer.Option(False, "--lexical-only", help="BM25 keyword search only."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Search the index from the terminal. Exit 1 when nothing is found."""
     from puremind.services import run_search
 
-    settings = _settings(rerank=False if no_rerank else None)
+    settings = _settings(rerank=False if no_rerank else None, rerank_budget=rerank_budget)
     result = run_search(settings, query, limit=limit, lexical_only=lexical_only, notice=_notice)
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2))
@@ -175,9 +176,9 @@ def render_search_lines(result) -> list[str]:
 
     if not result.results:
         return [f"nothing found for {result.query!r}"]
-    label = SCORE_LABELS[result.mode]
     lines: list[str] = []
     for p in result.results:
+        label = SCORE_LABELS[p.score_kind]
         crumb = " > ".join(p.heading_path)
         path = p.path.replace("\n", "\\n")
         lines.append(f"{p.rank}. {path}:{p.start_line}  (lines {p.start_line}-{p.end_line})  {label} {p.score:.4g}")
@@ -191,12 +192,16 @@ def render_search_lines(result) -> list[str]:
 
 @app.command()
 @_guarded
-def serve(no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring.")) -> None:
+def serve(
+    no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring."),
+    rerank_budget: Optional[float] = typer.Option(None, "--rerank-budget", metavar="SECONDS", help="Seconds the cross-encoder may take per search (0 = no bound; default [retrieval] rerank_budget)."),
+) -> None:
     """Run the MCP server on stdio (your agent starts this; models load on the first search)."""
     from puremind.server import serve_command
 
-    # The settings are read by the server: a broken config.toml must not stop it before the MCP handshake.
-    serve_command(_settings, rerank=False if no_rerank else None)
+    # The settings are read by the server: a broken config.toml (or a bad --rerank-budget) must not stop it
+    # before the MCP handshake.
+    serve_command(lambda: _settings(rerank_budget=rerank_budget), rerank=False if no_rerank else None)
 
 
 @app.command()

@@ -19,6 +19,9 @@ DEVICES = ("auto", "coreml", "mps", "cuda", "cpu")
 BACKENDS = ("onnx", "torch")
 VARIANTS = ("auto", "fp32", "fp16", "int8")
 POOLINGS = ("auto", "last_token", "mean", "cls")
+#: Seconds a search's reranking may take (README, Search 7): about 10 of the 50 candidates on a 2-core CPU with
+#: the int8 bge-reranker-v2-m3, all 50 on a GPU (bench/RESULTS.md, rerank-budget).
+DEFAULT_RERANK_BUDGET = 3.0
 #: `[models] embedder = "none"` turns semantic search off: keyword search only, no model is loaded.
 NO_EMBEDDER = "none"
 
@@ -55,6 +58,8 @@ FIELDS: tuple[Field, ...] = (
     Field("rrf_k", "retrieval", "rrf_k", None, int, 1, 100000),
     Field("rerank", "retrieval", "rerank", None, bool),
     Field("rerank_chars", "retrieval", "rerank_chars", None, int, 50, 100000),
+    Field("rerank_candidates", "retrieval", "rerank_candidates", None, int, 1, 1000),
+    Field("rerank_budget", "retrieval", "rerank_budget", None, float, 0, 86400),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 
@@ -81,6 +86,9 @@ class Settings:
     rrf_k: int = 60
     rerank: bool = True
     rerank_chars: int = 800
+    rerank_candidates: int = 50
+    #: seconds the cross-encoder may take per search (0 = no bound); see puremind.retrieval.rerank
+    rerank_budget: float = DEFAULT_RERANK_BUDGET
 
     @property
     def semantic(self) -> bool:
@@ -187,6 +195,17 @@ def _coerce(field: Field, value: Any, where: str) -> Any:
         if field.minimum is not None and value < field.minimum or field.maximum is not None and value > field.maximum:
             raise ConfigError(f"{where} must be between {field.minimum} and {field.maximum}, not {value}")
         return value
+    if field.kind is float:
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ConfigError(f"{where} must be a number, not {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ConfigError(f"{where} must be a number, not {value!r}")
+        if field.minimum is not None and value < field.minimum or field.maximum is not None and value > field.maximum:
+            raise ConfigError(f"{where} must be between {field.minimum} and {field.maximum}, not {value}")
+        return float(value)
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{where} must be a string, not {value!r}")
     if field.allow_empty:
@@ -264,8 +283,8 @@ def render_config(values: Mapping[str, Any]) -> str:
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
     text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     escaped = "".join(f"\\u{ord(ch):04x}" if (ch < " " and ch != "\t") or ch == "\x7f" else ch for ch in escaped)

@@ -241,8 +241,9 @@ def tool_specs(tools: PuremindTools) -> list[ToolSpec]:
             "Search the user's Markdown notes (their local pureMind memory) and return up to `limit` passages "
             "(1 to 50, default 10), best first. Each result has the note's vault-relative `path`, its "
             "`heading_path` (the headings above it), `start_line` and `end_line` (1-based; `path:start_line` "
-            "opens the passage), a `score` and the passage `text`. `mode` says how scores read: \"reranked\" is "
-            "a cross-encoder probability from 0 to 1, \"hybrid\" a reciprocal rank fusion value (about 0.016 "
+            "opens the passage), a `score` and the passage `text`. `score_kind` says how a score reads: "
+            "\"reranked\" is a cross-encoder probability from 0 to 1 (the reranker has a time budget: passages "
+            "it did not reach follow in fused order), \"hybrid\" a reciprocal rank fusion value (about 0.016 "
             "for a first place in one list), \"lexical\" a BM25 keyword score. Compare scores only within one list; there is no relevance "
             "cut-off, so weak matches are listed too. Read a whole note with puremind_get and a result's path. "
             + DATA_NOT_INSTRUCTIONS,

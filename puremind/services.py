@@ -43,7 +43,8 @@ def model_choice(settings: Settings, role: str) -> ModelChoice:
 def retrieval_params(settings: Settings, *, rerank: bool | None = None) -> RetrievalParams:
     """The settings of a search, as the retrieval layer takes them; `rerank` overrides the configured one."""
     return RetrievalParams(candidates=settings.candidates, rrf_k=settings.rrf_k,
-                           rerank=settings.rerank if rerank is None else rerank, rerank_chars=settings.rerank_chars)
+                           rerank=settings.rerank if rerank is None else rerank, rerank_chars=settings.rerank_chars,
+                           rerank_candidates=settings.rerank_candidates, rerank_budget=settings.rerank_budget)
 
 
 def build_models(settings: Settings, *, progress: Notice | None = None) -> Models:

@@ -301,3 +301,15 @@ def test_demo_indexes_the_sample_vault_and_searches_it(capsys, puremind_home):
     assert "projects/espresso.md" in out and "Grinder setup" in out
     assert err.count("using keyword search") == 1
     assert not (puremind_home / "index.sqlite").exists(), "the demo must not touch the user's own index"
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_a_bad_rerank_budget_flag_is_one_error_line_and_exit_2(capsys, indexed, value):
+    code, out, err = run(capsys, "search", "--rerank-budget", value, "grinder")
+    assert code == 2 and out == ""
+    assert err.startswith("error:") and "rerank-budget" in err and "Traceback" not in err
+
+
+def test_a_rerank_budget_flag_is_taken(capsys, indexed):
+    code, out, err = run(capsys, "search", "--rerank-budget", "0.5", "--lexical-only", "grinder")
+    assert code == 0 and "coffee.md" in out

@@ -130,6 +130,10 @@ class LoadsOnFirstUse:
         """Whether the model is loaded yet."""
         return self._lazy.loaded
 
+    def load(self) -> None:
+        """Load the model now rather than on the first call (a search loads the reranker while its lists run)."""
+        self._lazy.get()
+
     def close(self) -> None:
         """Drop the model (memory back); the next call loads it again."""
         self._lazy.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from puremind.cjk import cjk_match_expression
+from puremind.config import DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
 from puremind.messages import quiet as _quiet
@@ -28,6 +29,7 @@ from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
 from puremind.retrieval.fusion import Ranked, fuse
 from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression
+from puremind.retrieval.rerank import QueryVectors, RerankRun, Reranking
 from puremind.chunker import breadcrumb
 from puremind.store import Hit, Store, title_key
 
@@ -53,6 +55,11 @@ class RetrievalParams:
     rrf_k: int = 60
     rerank: bool = True
     rerank_chars: int = 800
+    #: how many of the fused candidates the cross-encoder may read, best first
+    rerank_candidates: int = 50
+    #: seconds the cross-encoder may take per search, its load aside (0 = no bound); see
+    #: puremind.retrieval.rerank
+    rerank_budget: float = DEFAULT_RERANK_BUDGET
     #: search the notes' titles and aliases as a list of their own (hybrid mode), with this weight in the fusion;
     #: a note whose title or alias is exactly the query leads the list
     titles: bool = True
@@ -80,6 +87,9 @@ class SearchOutcome:
     mode: str
     hits: list[Hit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: in "reranked" mode, how many of the first hits carry a cross-encoder probability; the rest (not reached
+    #: within the rerank budget) carry their fusion value, in fused order
+    reranked: int = 0
 
 
 def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: bool = True) -> bool:
@@ -123,6 +133,58 @@ def _lexical_hint(exc: FingerprintMismatch) -> FingerprintMismatch:
     return FingerprintMismatch(exc.message, hint=f"{exc.hint} (or search with --lexical-only meanwhile)")
 
 
+def _rerank_note(run: RerankRun) -> str:
+    """What `notes` says of one reranking: how many of how many candidates, in how long, and why not all."""
+    parts = [f"reranked {run.reranked} of {run.candidates} candidates in {run.seconds:.1f} s"]
+    if run.cached:
+        parts.append(f"{run.cached} from the cache")
+    if run.repeated:
+        parts.append(f"{run.repeated} repeating another's text, scored once")
+    note = parts[0] + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "")
+    if run.cut_by_budget:
+        note += (f"; rerank_budget {run.budget:g} s reached: the other {run.candidates - run.reranked} follow in fused "
+                 "order with their fusion values")
+    return note
+
+
+class _Preload:
+    """The reranker, fetched and loaded in a thread of its own while the search's lists run; `result` waits for
+    it and hands over its notes (and its error, raised in the caller's thread)."""
+
+    def __init__(self, get: Callable[[list[str]], Any], loaded: bool):
+        self._get = get
+        self._notes: list[str] = []
+        self._model: Any = None
+        self._error: BaseException | None = None
+        self._seconds = 0.0
+        self._was_loaded = loaded
+        self._thread = threading.Thread(target=self._run, name="puremind-reranker-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        try:
+            model = self._get(self._notes)
+            load = getattr(model, "load", None)
+            if model is not None and callable(load) and not bool(getattr(model, "loaded", True)):
+                self._was_loaded = False
+                load()
+            self._model = model
+        except BaseException as exc:  # handed to the searching thread
+            self._error = exc
+        self._seconds = time.perf_counter() - start
+
+    def result(self, notes: list[str]) -> Any:
+        self._thread.join()
+        notes.extend(self._notes)
+        if self._error is not None:
+            raise self._error
+        if self._model is not None and not self._was_loaded:
+            notes.append(f"loaded the reranker in {self._seconds:.1f} s (its first use in this process), beside "
+                         "the keyword and dense search")
+        return self._model
+
+
 class Searcher:
     """Searches one index with the models it is handed (each loaded on first use by the models object).
 
@@ -130,7 +192,9 @@ class Searcher:
     """
 
     def __init__(self, db: Path, models: "Models", params: RetrievalParams = RetrievalParams(), *,
-                 notice: Notice = _quiet):
+                 notice: Notice = _quiet, reranking: Reranking | None = None):
+        """`reranking` holds the cross-encoder's score cache and measured speed (default: a new one, kept as long
+        as this searcher)."""
         self.db = Path(db)
         self.models = models
         self.params = params
@@ -140,6 +204,8 @@ class Searcher:
         self._identity: tuple[int, int] | None = None
         self._dense = DenseIndex()
         self._lock = threading.Lock()
+        self._reranking = reranking if reranking is not None else Reranking()
+        self._query_vectors = QueryVectors()
 
     # -- lazily opened parts -------------------------------------------------------------------------------
 
@@ -247,31 +313,61 @@ class Searcher:
                 with store.snapshot():
                     return SearchOutcome(query, "lexical", store.search_lexical(match, limit))
             notes: list[str] = []
-            embedder = self._embedder_or_none(store, notes)
-            qvec = None
+            embedder = self._embedder_or_none(store, notes)  # the index's embedder checked first
             if embedder is not None:
                 self._check_fingerprint(store, embedder)
+            # The reranker loads beside the query's embedding and the lists (its first load takes seconds).
+            preload = self._preload_reranker() if self.params.rerank and self.models.has("reranker") else None
+            qvec = None
+            if embedder is not None:
                 if _reads(embedder, query, "semantic search", notes, by_language=self.params.language_gate):
-                    qvec = embedder.embed([query], is_query=True)[0]
+                    qvec = self._timed_load(embedder, "embedder", notes,
+                                            lambda: self._query_vectors.get(embedder, query))
             hits, fused = self._fuse(store, match, query, qvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
-            use_rerank = self.params.rerank and bool(hits) and self.models.has("reranker")
-            reranker = self._reranker_or_none(notes) if use_rerank else None
+            reranker = preload.result(notes) if preload is not None and hits else None
+            pool = hits[: max(1, self.params.rerank_candidates)]
+            if reranker is not None and len({h.text for h in pool}) < 2:
+                if hits:
+                    notes.append("reranking skipped: one candidate passage, nothing to reorder")
+                reranker = None
             if reranker is not None and _reads(reranker, query, "reranking", notes,
                                                by_language=self.params.language_gate):
-                cut = self.params.rerank_chars
-                scores = reranker.score(query, [rerank_text(h)[:cut] for h in hits])
-                ranked = sorted(zip(hits, scores), key=lambda hs: -float(hs[1]))
-                out = [
-                    dataclasses.replace(h, score=float(s), excerpt=best_excerpt(h.text, query)) for h, s in ranked[:limit]
-                ]
-                return SearchOutcome(query, "reranked", out, notes)
+                return self._reranked(query, limit, reranker, pool, hits, fused, notes)
             # Found by meaning or by any of the words: show the part of the passage that matches the query.
             out = [
                 dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query)) for h in hits[:limit]
             ]
             return SearchOutcome(query, "hybrid", out, notes)
+
+    def _reranked(self, query: str, limit: int, reranker: Any, pool: list[Hit], hits: list[Hit],
+                  fused: dict[int, float], notes: list[str]) -> SearchOutcome:
+        """The candidates in `pool` re-scored by the cross-encoder within the budget, best first, then those it
+        did not reach (in `pool` or after it) in fused order with their fusion values."""
+        cut = self.params.rerank_chars
+        budget = max(0.0, float(self.params.rerank_budget))
+        run = self._reranking.run(reranker, query, [rerank_text(h)[:cut] for h in pool], budget)
+        notes.append(_rerank_note(run))
+        scored = sorted(run.scores.items(), key=lambda item: -item[1])
+        out = [dataclasses.replace(pool[i], score=float(s), excerpt=best_excerpt(pool[i].text, query))
+               for i, s in scored[:limit]]
+        rest = [h for i, h in enumerate(hits) if i not in run.scores]
+        out += [dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query))
+                for h in rest[: max(0, limit - len(out))]]
+        return SearchOutcome(query, "reranked", out, notes, reranked=min(len(scored), limit))
+
+    def _preload_reranker(self) -> "_Preload":
+        return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
+
+    def _timed_load(self, model: Any, role: str, notes: list[str], call: Callable[[], Any]) -> Any:
+        """`call()`, with a note of the load time when it is the model's first use in this process."""
+        was_loaded = bool(getattr(model, "loaded", True))
+        start = time.perf_counter()
+        result = call()
+        if not was_loaded:
+            notes.append(f"loaded the {role} in {time.perf_counter() - start:.1f} s (its first use in this process)")
+        return result
 
     def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float]]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""
