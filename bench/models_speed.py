@@ -109,7 +109,7 @@ def passages_of_tokens(tokenizer_json: Path, count: int, tokens: int) -> list[st
     return out
 
 
-def build(workdir: Path) -> dict[str, dict[str, Path]]:
+def build(workdir: Path, variants: tuple[str, ...] = ("fp32", "fp16", "int8")) -> dict[str, dict[str, Path]]:
     """Full-size stand-ins exported by pureMind's export code: {role: {"torch": src, variant: artefact dir}}."""
     from puremind.export import export_model
     from puremind.models.hub import ModelSource
@@ -130,7 +130,7 @@ def build(workdir: Path) -> dict[str, dict[str, Path]]:
         # Filed under the pinned revision, so a PUREMIND_HOME holding these exports serves the default
         # configuration (bench/search_speed.py runs `puremind serve` on it).
         source = ModelSource(name=spec.hub_id, path=src, revision=spec.revision, local=False)
-        paths = export_model(spec, source, workdir / "home", ["fp32", "fp16", "int8"])
+        paths = export_model(spec, source, workdir / "home", list(variants))
         out[role] = {"torch": src, **paths}
     return out
 

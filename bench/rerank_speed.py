@@ -39,24 +39,9 @@ SECTION = "rerank-budget"
 
 def build_int8(workdir: Path) -> Path:
     """The int8 exports of both full-size stand-ins in WORKDIR/home (made once); the torch reranker's folder."""
-    from puremind.export import export_model
-    from puremind.models.hub import ModelSource
-    from puremind.models.manifest import load_manifest
-    from scripts.standins import build_qwen3, build_xlmr_reranker
+    from bench.models_speed import build
 
-    manifest = load_manifest()
-    for role, key, builder in (
-        ("embedder", "qwen3-embedding-0.6b", build_qwen3),
-        ("reranker", "bge-reranker-v2-m3", build_xlmr_reranker),
-    ):
-        src = workdir / f"src-{role}"
-        if not (src / "model.safetensors").exists():
-            print(f"building full-size {role} stand-in ...", file=sys.stderr, flush=True)
-            builder(src, full_size=True)
-        spec = manifest.get(key)
-        source = ModelSource(name=spec.hub_id, path=src, revision=spec.revision, local=False)
-        export_model(spec, source, workdir / "home", ["int8"])
-    return workdir / "src-reranker"
+    return build(workdir, ("int8",))["reranker"]["torch"]
 
 
 def timed(searcher, query: str, *, expect: str = "reranked"):
@@ -67,6 +52,7 @@ def timed(searcher, query: str, *, expect: str = "reranked"):
         raise SystemExit(f"error: {query!r} ran as {outcome.mode!r} ({outcome.notes})")
     note = next((n for n in outcome.notes if n.startswith("reranked ")), "")
     print(f"  {query!r}: {took:.2f} s  {note}", file=sys.stderr, flush=True)
+    outcome.scored = int(note.split()[1]) if note else 0  # "reranked N of M candidates ..."
     return took, outcome
 
 
@@ -112,15 +98,15 @@ def main() -> None:
     took, outcome = timed(fresh, QUERIES[-1])
     loads = "; ".join(n for n in outcome.notes if n.startswith("loaded "))
     rows.append(row(f"first search of a fresh searcher, models loading (budget {settings.rerank_budget:g} s)",
-                    [took], [outcome.reranked], loads))
+                    [took], [outcome.scored], loads))
 
     # Default budget, then the same queries again (caches), in the same warm searcher.
     print("default budget ...", file=sys.stderr, flush=True)
     budget_runs = [timed(fresh, q) for q in queries]
     rows.append(row(f"default budget ({settings.rerank_budget:g} s)", [t for t, _ in budget_runs],
-                    [o.reranked for _, o in budget_runs]))
+                    [o.scored for _, o in budget_runs]))
     again = [timed(fresh, q) for q in queries]
-    rows.append(row("the same queries again, same searcher", [t for t, _ in again], [o.reranked for _, o in again]))
+    rows.append(row("the same queries again, same searcher", [t for t, _ in again], [o.scored for _, o in again]))
     fresh.close()
 
     # No budget: every one of the 50 candidates (the behaviour before issue 13).
@@ -129,7 +115,7 @@ def main() -> None:
     timed(unbounded, QUERIES[-2])  # warm: load the models
     full = [timed(unbounded, q) for q in queries]
     rows.append(row("no budget (rerank_budget = 0), 50 candidates", [t for t, _ in full],
-                    [o.reranked for _, o in full]))
+                    [o.scored for _, o in full]))
     unbounded.close()
 
     torch_s = None

@@ -135,10 +135,11 @@ def index(
     allow_removals: bool = typer.Option(False, "--allow-removals", help="Remove missing notes even when the vault looks empty or most of it is missing (held back otherwise)."),
 ) -> None:
     """Index the vault incrementally: only notes whose content changed are read and embedded again."""
-    from puremind.services import build_models, run_index
+    from puremind.services import build_models, lower_priority, run_index
 
     settings = _settings(vault=vault_dir)
-    models = build_models(settings, progress=_notice)  # loaded only when the run needs one
+    lower_priority()  # an index run yields the CPU to the user's other work
+    models = build_models(settings, progress=_notice, indexing=True)  # loaded only when the run needs one
     report = run_index(settings, rebuild=rebuild, allow_removals=allow_removals, progress=_progress_bar(),
                        notice=_notice, models=models)
     for warning in report.warnings:
@@ -231,11 +232,12 @@ def watch(
     ),
 ) -> None:
     """Index the vault, then again each time it has been quiet for --debounce seconds after a change; Ctrl-C stops."""
-    from puremind.services import build_models, run_watch
+    from puremind.services import build_models, lower_priority, run_watch
 
     settings = _settings(vault=vault_dir)
+    lower_priority()  # a watcher yields the CPU to the user's other work
     run_watch(settings, debounce=debounce, say=typer.echo, notice=_notice, progress=_progress_bar(),
-              models=build_models(settings, progress=_notice))
+              models=build_models(settings, progress=_notice, indexing=True))
 
 
 @app.command("export-models")

@@ -54,6 +54,7 @@ FIELDS: tuple[Field, ...] = (
     Field("pooling", "models", "pooling", None, str, choices=POOLINGS),
     Field("query_prefix", "models", "query_prefix", None, str, allow_empty=True),
     Field("embed_max_seq", "models", "embed_max_seq", None, int, 16, 32768),
+    Field("threads", "models", "threads", "PUREMIND_THREADS", int, 0, 1024),
     Field("candidates", "retrieval", "candidates", None, int, 1, 1000),
     Field("rrf_k", "retrieval", "rrf_k", None, int, 1, 100000),
     Field("rerank", "retrieval", "rerank", None, bool),
@@ -82,6 +83,8 @@ class Settings:
     pooling: str = "auto"
     query_prefix: str | None = None  # None: the model's own (manifest or sentence-transformers prompts)
     embed_max_seq: int = 2048
+    #: threads of the models while `index` and `watch` embed (0: every core but one on machines with more than two)
+    threads: int = 0
     candidates: int = 50
     rrf_k: int = 60
     rerank: bool = True

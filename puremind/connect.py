@@ -170,7 +170,8 @@ def rerank_reasons(providers: Sequence[str] | None, exported: bool | None) -> li
     pureMind would use (None: unknown) and whether the reranker is exported (None: unknown)."""
     reasons = []
     if providers is not None and not any(p in ("CUDAExecutionProvider", "CoreMLExecutionProvider") for p in providers):
-        reasons.append("there is no GPU provider (CUDA or Core ML), so the cross-encoder runs on the CPU, 10 s or more a search")
+        reasons.append("there is no GPU provider (CUDA or Core ML), so the cross-encoder runs on the CPU and reads "
+                       "only part of the candidates within its time budget (3 s by default)")
     if exported is False:
         reasons.append(
             "the reranker is not exported yet: the first search would export it (minutes; needs the [export] "

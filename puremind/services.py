@@ -9,6 +9,7 @@ is missing belongs here, above both the model layer and the export step.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -28,16 +29,40 @@ Notice = Callable[[str], None]
 # -- the models object -----------------------------------------------------------------------------------------
 
 
-def model_choice(settings: Settings, role: str) -> ModelChoice:
-    """The settings of the configured embedder or reranker, as the model layer takes them."""
+def model_choice(settings: Settings, role: str, *, threads: int | None = None) -> ModelChoice:
+    """The settings of the configured embedder or reranker, as the model layer takes them; `threads` None lets
+    the runtime use every core (searches)."""
     if role == "embedder":
         return ModelChoice("embedder", settings.embedder, settings.home, settings.embedder_revision,
                            backend=settings.backend, device=settings.device, variant=settings.variant,
                            pooling=settings.pooling, query_prefix=settings.query_prefix,
-                           max_tokens=settings.embed_max_seq)
+                           max_tokens=settings.embed_max_seq, threads=threads)
     return ModelChoice("reranker", settings.reranker, settings.home, settings.reranker_revision,
                        backend=settings.backend, device=settings.device, variant=settings.variant,
-                       max_chars=settings.rerank_chars)
+                       max_chars=settings.rerank_chars, threads=threads)
+
+
+def indexing_threads(settings: Settings, cores: int | None = None) -> int:
+    """The model threads of `index` and `watch`: `[models] threads`, else every core but one on a machine with
+    more than two (a core stays free for the user and for searches), else every core."""
+    if settings.threads:
+        return settings.threads
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return cores - 1 if cores > 2 else cores
+
+
+#: How much lower `index` and `watch` run than other processes (os.nice: 0 normal, 19 lowest).
+INDEXING_NICENESS = 10
+
+
+def lower_priority() -> bool:
+    """Make this process (an `index` or `watch` run) yield the CPU to others: niceness +10 where the system has
+    it. Returns whether it took effect."""
+    try:
+        os.nice(INDEXING_NICENESS)
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 def retrieval_params(settings: Settings, *, rerank: bool | None = None) -> RetrievalParams:
@@ -47,15 +72,17 @@ def retrieval_params(settings: Settings, *, rerank: bool | None = None) -> Retri
                            rerank_candidates=settings.rerank_candidates, rerank_budget=settings.rerank_budget)
 
 
-def build_models(settings: Settings, *, progress: Notice | None = None) -> Models:
-    """The models object of one command (or one server session): nothing is loaded until it is used.
+def build_models(settings: Settings, *, progress: Notice | None = None, indexing: bool = False) -> Models:
+    """The models object of one command (or one server session): nothing is loaded until it is used. With
+    `indexing` (the `index` and `watch` commands), the models run on `indexing_threads` threads.
 
     `embedder = "none"` is keyword search with no model: then no embedder and no reranker are configured. An
     ONNX variant that is not exported yet is exported on first use when the [export] extra is installed.
     """
     if not settings.semantic:
         return Models(None, None, progress=progress)
-    return Models(model_choice(settings, "embedder"), model_choice(settings, "reranker"),
+    threads = indexing_threads(settings) if indexing else None
+    return Models(model_choice(settings, "embedder", threads=threads), model_choice(settings, "reranker", threads=threads),
                   obtain=export_if_missing, progress=progress)
 
 

@@ -89,6 +89,13 @@ def searcher_with(settings, *, embedder=None, reranker=None, rerank=None, models
     return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank))
 
 
+@pytest.fixture(autouse=True)
+def _index_runs_keep_the_test_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`index` and `watch` lower their process's CPU priority (services.lower_priority): the CLI tests that run
+    them in this process must not lower pytest's (tests/test_polite.py checks the real one in a child)."""
+    monkeypatch.setattr("puremind.services.lower_priority", lambda: False)
+
+
 def write(root: Path, rel: str, text: str) -> Path:
     """Write a note (creating folders) and return its path."""
     path = root / rel

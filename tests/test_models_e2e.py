@@ -253,7 +253,7 @@ def test_the_torch_backend_indexes_and_searches_like_onnx(capsys, env, tmp_path,
     # random-weight embedder says.
     assert code == 0 and json.loads(out)["results"][0]["path"] == "coffee.md"
     code, out, err = run(capsys, "search", "grinder espresso", "--json")
-    assert code == 0 and json.loads(out)["mode"] == "reranked"
+    assert code == 0 and json.loads(out)["mode"] == "reranked", err
 
 
 def test_export_models_exports_every_variant_of_the_configured_embedder(capsys, env):

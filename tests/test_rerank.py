@@ -232,3 +232,16 @@ def test_a_bad_rerank_budget_is_a_config_error(value, message):
 
     with pytest.raises(ConfigError, match=message):
         load_settings({"rerank_budget": value})
+
+
+def test_the_budget_is_the_querys_so_a_repeat_answers_from_the_cache_with_the_same_ranking():
+    clock = Clock()
+    model = TimedReranker(clock, per_pair=0.1)
+    reranking = Reranking(clock=clock)
+    texts = [f"passage {i:02d} " + "7" * (i % 5) for i in range(40)]
+    first = reranking.run(model, "query", texts, budget=1.0)
+    assert first.cut_by_budget
+    again = reranking.run(model, "query", texts, budget=1.0)
+    assert again.computed == 0 and again.scores == first.scores and again.seconds < 0.1
+    other = reranking.run(model, "another query", texts, budget=1.0)
+    assert other.computed > 0  # a new query has a budget of its own

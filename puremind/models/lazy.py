@@ -70,6 +70,10 @@ class Models:
         """Whether `role` ("embedder" or "reranker") is configured or handed in."""
         return role in self._ready or self._choices[role] is not None
 
+    def choice(self, role: str) -> ModelChoice | None:
+        """How `role` is configured (None: handed in ready, or left out)."""
+        return self._choices[role]
+
     def loaded(self, role: str) -> bool:
         """Whether `role` is ready now (handed in, or loaded by an earlier call)."""
         return role in self._ready

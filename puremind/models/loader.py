@@ -44,6 +44,8 @@ class ModelChoice:
     query_prefix: str | None = None
     max_tokens: int = 2048
     max_chars: int = 800
+    #: intra-op threads of the model (None: the runtime's default, every core)
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -266,14 +268,14 @@ def _load_embedder(choice: ModelChoice, obtain: Obtain | None, progress: Progres
 
         source = source_of(resolved, progress=progress)
         return TorchEmbedder(source.path, resolved.spec, device=choice.device, max_tokens=max_tokens, fingerprint=fp,
-                             languages=languages, precision="torch-fp32")
+                             languages=languages, precision="torch-fp32", threads=choice.threads)
     from puremind.models.onnx_backend import OnnxEmbedder
 
     providers = _providers(choice)
     variant = _variant(choice, resolved, providers)
     folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
     return OnnxEmbedder(folder, providers=providers, max_tokens=max_tokens, fingerprint=fp, languages=languages,
-                        precision=variant)
+                        precision=variant, threads=choice.threads)
 
 
 def load_reranker(choice: ModelChoice, *, obtain: Obtain | None = None, progress: Progress | None = None) -> Reranker:
@@ -298,10 +300,11 @@ def _load_reranker(choice: ModelChoice, obtain: Obtain | None, progress: Progres
 
         source = source_of(resolved, progress=progress)
         return TorchReranker(source.path, resolved.spec, device=choice.device, max_chars=choice.max_chars,
-                             languages=languages)
+                             languages=languages, threads=choice.threads)
     from puremind.models.onnx_backend import OnnxReranker
 
     providers = _providers(choice)
     variant = _variant(choice, resolved, providers)
     folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
-    return OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages)
+    return OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages,
+                        threads=choice.threads)

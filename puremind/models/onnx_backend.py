@@ -139,6 +139,11 @@ class _SessionOwner(LoadsOnFirstUse):
     _lazy: "_LazySession"
 
     @property
+    def threads(self) -> int | None:
+        """The intra-op threads its session is made with (None: onnxruntime's default, every core)."""
+        return self._lazy.threads
+
+    @property
     def active_providers(self) -> list[str]:
         """The providers onnxruntime actually runs on ([] before the first call)."""
         return self._lazy.active_providers()

@@ -316,13 +316,15 @@ class Searcher:
             embedder = self._embedder_or_none(store, notes)  # the index's embedder checked first
             if embedder is not None:
                 self._check_fingerprint(store, embedder)
-            # The reranker loads beside the query's embedding and the lists (its first load takes seconds).
+            reads = embedder is not None and _reads(embedder, query, "semantic search", notes,
+                                                    by_language=self.params.language_gate)
+            load = getattr(embedder, "load", None)
+            if reads and callable(load) and not bool(getattr(embedder, "loaded", True)):
+                self._timed_load("embedder", notes, load)
+            # The reranker loads beside the query's embedding and the lists. Not beside the embedder's own load:
+            # two threads importing one backend at once (torch, transformers) is not safe.
             preload = self._preload_reranker() if self.params.rerank and self.models.has("reranker") else None
-            qvec = None
-            if embedder is not None:
-                if _reads(embedder, query, "semantic search", notes, by_language=self.params.language_gate):
-                    qvec = self._timed_load(embedder, "embedder", notes,
-                                            lambda: self._query_vectors.get(embedder, query))
+            qvec = self._query_vectors.get(embedder, query) if reads else None
             hits, fused = self._fuse(store, match, query, qvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
@@ -360,14 +362,12 @@ class Searcher:
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
 
-    def _timed_load(self, model: Any, role: str, notes: list[str], call: Callable[[], Any]) -> Any:
-        """`call()`, with a note of the load time when it is the model's first use in this process."""
-        was_loaded = bool(getattr(model, "loaded", True))
+    @staticmethod
+    def _timed_load(role: str, notes: list[str], load: Callable[[], Any]) -> None:
+        """`load()`, with a note of how long it took."""
         start = time.perf_counter()
-        result = call()
-        if not was_loaded:
-            notes.append(f"loaded the {role} in {time.perf_counter() - start:.1f} s (its first use in this process)")
-        return result
+        load()
+        notes.append(f"loaded the {role} in {time.perf_counter() - start:.1f} s (its first use in this process)")
 
     def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float]]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""

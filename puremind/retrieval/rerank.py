@@ -100,12 +100,17 @@ class Reranking:
 
     def __init__(self, *, cache_items: int = SCORE_CACHE_ITEMS, clock: Callable[[], float] = time.perf_counter):
         self.cache: BoundedCache[float] = BoundedCache(cache_items)
+        #: seconds of model time each (model, query) has had: the budget is the query's, not each search's, so
+        #: a repeated or paged query answers from the cache at once, with the same ranking
+        self.spent: BoundedCache[float] = BoundedCache(QUERY_CACHE_ITEMS * 10)
         self.clock = clock
         self._seconds_per_char: float | None = None
 
     def run(self, reranker: Any, query: str, texts: Sequence[str], budget: float) -> RerankRun:
         """Scores for `texts` (the candidates in fused order), best first within `budget` seconds (0 = no
-        bound: every candidate). The model must be loaded already: its load is not the budget's.
+        bound: every candidate). The budget is the query's in this process: what earlier searches for the same
+        query spent on the model counts, so a repeat reuses their scores and computes nothing new. The model
+        must be loaded already: its load is not the budget's.
 
         Raises:
             ModelError: the model cannot run.
@@ -129,9 +134,10 @@ class Reranking:
                 for i in where[j]:
                     run.scores[i] = cached
         size = max(1, int(getattr(reranker, "batch_size", 16) or 16))
+        spent_before = self.spent.get((key, query)) or 0.0
         while pending:
             if budget > 0:
-                left = budget - (self.clock() - start)
+                left = budget - spent_before - (self.clock() - start)
                 batch = self._fitting(query, [texts[j] for j in pending[:size]], left)
                 if batch == 0:
                     break
@@ -146,6 +152,7 @@ class Reranking:
                 rate = took / chars
                 self._seconds_per_char = rate if self._seconds_per_char is None else 0.5 * (self._seconds_per_char + rate)
             run.computed += len(chosen)
+            self.spent.put((key, query), spent_before + (self.clock() - start))
             for j, s in zip(chosen, scores):
                 value = float(s)
                 self.cache.put((key, query, text_digest(texts[j])), value)
