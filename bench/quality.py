@@ -522,12 +522,15 @@ class EmbedCache:
 
 
 class CachedEmbedder:
-    """An Embedder that asks the real one only for texts the memo lacks (same fingerprint, same vectors)."""
+    """An Embedder that asks the real one only for texts the memo lacks (same fingerprint and precision, same
+    vectors). The fingerprint leaves the precision out (an index's vectors may mix fp32 and int8), so the memo
+    key adds it: without it, the int8 rows would read the fp32 vectors."""
 
     def __init__(self, inner: Any, cache: EmbedCache):
         self.inner = inner
         self.cache = cache
         self.fingerprint = inner.fingerprint
+        self._memo_key = f"{inner.fingerprint}|precision={getattr(inner, 'precision', None) or 'unknown'}"
         self.dim = inner.dim
         self.languages = tuple(getattr(inner, "languages", ()) or ())  # the Searcher reads it
         self.computed = 0
@@ -536,7 +539,7 @@ class CachedEmbedder:
     def embed(self, texts: Sequence[str], is_query: bool = False):
         import numpy as np
 
-        keys = [EmbedCache.key(self.fingerprint, is_query, t) for t in texts]
+        keys = [EmbedCache.key(self._memo_key, is_query, t) for t in texts]
         found = self.cache.get(keys)
         todo = [i for i, k in enumerate(keys) if k not in found]
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

@@ -196,13 +196,15 @@ def render_search_lines(result) -> list[str]:
 def serve(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring."),
     rerank_budget: Optional[float] = typer.Option(None, "--rerank-budget", metavar="SECONDS", help="Seconds the cross-encoder may take per search (0 = no bound; default [retrieval] rerank_budget)."),
+    proposals: bool = typer.Option(False, "--proposals", help="Offer puremind_propose: agents propose notes to the inbox (default [server] proposals)."),
 ) -> None:
     """Run the MCP server on stdio (your agent starts this; models load on the first search)."""
     from puremind.server import serve_command
 
     # The settings are read by the server: a broken config.toml (or a bad --rerank-budget) must not stop it
     # before the MCP handshake.
-    serve_command(lambda: _settings(rerank_budget=rerank_budget), rerank=False if no_rerank else None)
+    serve_command(lambda: _settings(rerank_budget=rerank_budget, proposals=True if proposals else None),
+                  rerank=False if no_rerank else None)
 
 
 @app.command()
@@ -211,11 +213,12 @@ def connect(
     agent: str = typer.Argument(..., help="claude-code, codex or cursor."),
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Register `serve --no-rerank`: fast searches without the cross-encoder (for a machine without a GPU)."),
     toml: bool = typer.Option(False, "--toml", help="Codex only: print the config.toml entry instead of the `codex mcp add` command."),
+    proposals: bool = typer.Option(False, "--proposals", help="Register `serve --proposals`: the agent may propose notes to your inbox (you approve them)."),
 ) -> None:
     """Print the command or snippet that registers pureMind with an agent (stdout), and where it goes (stderr); never edits a file."""
     from puremind.connect import connect_command
 
-    snippet = connect_command(agent, no_rerank=no_rerank, toml=toml)
+    snippet = connect_command(agent, no_rerank=no_rerank, toml=toml, proposals=proposals)
     for line in snippet.guide:
         _notice(line)
     typer.echo(snippet.text, nl=False)
@@ -298,6 +301,155 @@ def _progress_bar():
         sys.stderr.flush()
 
     return show
+
+
+inbox_app = typer.Typer(
+    help="Notes agents proposed: list them, then show, edit, approve or reject each (nothing is in the vault until approved).",
+    cls=_Commands,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+app.add_typer(inbox_app, name="inbox")
+
+
+def _inbox():
+    from puremind.inbox import Inbox
+
+    settings = _settings()
+    return settings, Inbox(settings.home)
+
+
+def _line(text: str, limit: int) -> str:
+    """Agent text on one terminal line: control characters (escape sequences included) become spaces; cut."""
+    import unicodedata
+
+    text = " ".join("".join(" " if unicodedata.category(c)[0] == "C" else c for c in text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _visible(text: str) -> str:
+    """Agent text for the terminal, line for line: a control character other than a line break or a tab is
+    shown as its escape (\\x1b), so a proposal cannot drive the terminal."""
+    import unicodedata
+
+    return "".join(c if c in "\n\t" or unicodedata.category(c)[0] != "C" else
+                   (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}") for c in text)
+
+
+def _age(proposed: str) -> str:
+    from datetime import datetime, timezone
+
+    try:
+        then = datetime.fromisoformat(proposed.replace("Z", "+00:00"))
+    except ValueError:
+        return "?"
+    seconds = max(0, int((datetime.now(timezone.utc) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _ids(inbox, ids: list[str], every: bool, verb: str) -> list[str]:
+    from puremind.inbox import InboxError
+
+    if every and ids:
+        raise InboxError(f"give proposal ids or --all to {verb}, not both")
+    if every:
+        return [p.id for p in inbox.pending()]
+    if not ids:
+        raise InboxError(f"name the proposals to {verb} (their ids) or pass --all", hint="`puremind inbox` lists them")
+    return ids
+
+
+@inbox_app.callback(invoke_without_command=True)
+@_guarded
+def inbox(ctx: typer.Context) -> None:
+    """Notes agents proposed: list them, then show, edit, approve or reject each (nothing is in the vault until approved)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _, box = _inbox()
+    pending = box.pending()
+    if not pending:
+        typer.echo("the inbox is empty")
+        return
+    for p in pending:
+        typer.echo(f"{p.id}  {_age(p.proposed):>4}  {_line(p.client or 'unknown', 30)}  {_line(p.title, 80)}")
+        typer.echo(f"    {_line(p.first_line, 100)}")
+    typer.echo(f"{len(pending)} pending; `puremind inbox show ID`, then `approve ID` or `reject ID`")
+
+
+@inbox_app.command("show")
+@_guarded
+def inbox_show(pid: str = typer.Argument(..., metavar="ID", help="The proposal's id (from `puremind inbox`).")) -> None:
+    """Print one proposal: where it came from, then its text exactly as approve would write it."""
+    _, box = _inbox()
+    p = box.get(pid)
+    typer.echo(f"id: {p.id}\ntitle: {_line(p.title, 300)}\ntags: {_line(', '.join(p.tags), 2000)}\n"
+               f"from: {_line(p.client or 'unknown', 300)}\nproposed: {p.proposed}\nreason: {_line(p.reason, 2000)}\n"
+               + "-" * 40)
+    typer.echo(_visible(p.text), nl=not p.text.endswith("\n"))
+
+
+@inbox_app.command("approve")
+@_guarded
+def inbox_approve(
+    ids: Optional[list[str]] = typer.Argument(None, metavar="ID...", help="The proposals to approve."),
+    every: bool = typer.Option(False, "--all", help="Approve every pending proposal."),
+    to: Optional[str] = typer.Option(None, "--to", metavar="FOLDER", help="The vault folder to write into (default [inbox] folder)."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="The note's file name (default: from its title)."),
+) -> None:
+    """Write proposals into the vault as new notes (never over an existing file), then drop them from the inbox."""
+    from puremind.inbox import InboxError
+
+    settings, box = _inbox()
+    chosen = _ids(box, ids or [], every, "approve")
+    if name is not None and len(chosen) > 1:
+        raise InboxError("--name names one note: approve one proposal with it")
+    vault = settings.require_vault()
+    for pid in chosen:
+        path = box.approve(pid, vault, folder=to if to is not None else settings.inbox_folder, name=name)
+        typer.echo(f"approved {pid}: {path.relative_to(vault)}")
+    typer.echo("next: `puremind index` (a running `puremind watch` indexes it at once)")
+
+
+@inbox_app.command("reject")
+@_guarded
+def inbox_reject(
+    ids: Optional[list[str]] = typer.Argument(None, metavar="ID...", help="The proposals to reject."),
+    every: bool = typer.Option(False, "--all", help="Reject every pending proposal."),
+) -> None:
+    """Drop proposals from the inbox; the vault is not touched."""
+    _, box = _inbox()
+    for pid in _ids(box, ids or [], every, "reject"):
+        box.reject(pid)
+        typer.echo(f"rejected {pid}")
+
+
+@inbox_app.command("edit")
+@_guarded
+def inbox_edit(pid: str = typer.Argument(..., metavar="ID", help="The proposal's id.")) -> None:
+    """Open a proposal's text in $EDITOR (else vi); what you save is what approve will write."""
+    import shlex
+    import subprocess
+    import tempfile
+
+    from puremind.inbox import InboxError
+
+    _, box = _inbox()
+    p = box.get(pid)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.TemporaryDirectory(prefix="puremind-edit-") as tmp:
+        path = Path(tmp) / f"{p.id}.md"
+        path.write_text(p.text, encoding="utf-8")
+        if subprocess.run([*shlex.split(editor), str(path)]).returncode != 0:
+            raise InboxError(f"the editor ({editor}) failed; the proposal is unchanged")
+        text = path.read_text(encoding="utf-8")
+    if text == p.text:
+        typer.echo(f"{p.id}: unchanged")
+        return
+    box.replace_text(p.id, text)
+    typer.echo(f"{p.id}: text updated; `puremind inbox approve {p.id}` writes it")
 
 
 def main(argv: list[str] | None = None) -> None:

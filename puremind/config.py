@@ -61,6 +61,8 @@ FIELDS: tuple[Field, ...] = (
     Field("rerank_chars", "retrieval", "rerank_chars", None, int, 50, 100000),
     Field("rerank_candidates", "retrieval", "rerank_candidates", None, int, 1, 1000),
     Field("rerank_budget", "retrieval", "rerank_budget", None, float, 0, 86400),
+    Field("inbox_folder", "inbox", "folder", None, str),
+    Field("proposals", "server", "proposals", None, bool),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 
@@ -92,6 +94,10 @@ class Settings:
     rerank_candidates: int = 50
     #: seconds the cross-encoder may take per search (0 = no bound); see puremind.retrieval.rerank
     rerank_budget: float = DEFAULT_RERANK_BUDGET
+    #: the vault folder `puremind inbox approve` writes into
+    inbox_folder: str = "inbox"
+    #: offer the MCP tool puremind_propose (agents propose notes to the inbox)
+    proposals: bool = False
 
     @property
     def semantic(self) -> bool:

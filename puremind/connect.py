@@ -97,11 +97,13 @@ def connect_snippet(
     *,
     no_rerank: bool = False,
     toml: bool = False,
+    proposals: bool = False,
 ) -> Snippet:
     """The command or config entry that registers pureMind with `agent`, and the lines that explain it.
 
     `executable` is the program that starts pureMind (a path), or a program followed by its leading
-    arguments (e.g. [python, "-m", "puremind"]); "serve" is appended (and "--no-rerank" with `no_rerank`).
+    arguments (e.g. [python, "-m", "puremind"]); "serve" is appended (and "--no-rerank" with `no_rerank`,
+    "--proposals" with `proposals`: the server then offers puremind_propose).
     `toml` (Codex only) gives the `[mcp_servers.puremind]` entry for config.toml instead of the command.
 
     Raises:
@@ -113,25 +115,26 @@ def connect_snippet(
     if toml and key != "codex":
         raise ConfigError("--toml is only for codex", hint=f"`puremind connect {key}` prints what {key} needs")
     program = [executable] if isinstance(executable, str) else list(executable)
-    command = [*program, "serve", *(["--no-rerank"] if no_rerank else [])]
+    command = [*program, "serve", *(["--no-rerank"] if no_rerank else []), *(["--proposals"] if proposals else [])]
     carried, unusable = carried_env(env)
     if key == "claude-code":
         guide, text = _claude_code(command, carried)
     elif key == "codex":
-        guide, text = _codex(command, carried, env, toml=toml, no_rerank=no_rerank)
+        guide, text = _codex(command, carried, env, toml=toml, no_rerank=no_rerank, proposals=proposals)
     else:
         guide, text = _cursor(command, carried)
     return Snippet(text=text, guide=guide, notes=_env_notes(carried, unusable))
 
 
-def connect_command(agent: str, *, no_rerank: bool = False, toml: bool = False) -> Snippet:
+def connect_command(agent: str, *, no_rerank: bool = False, toml: bool = False, proposals: bool = False) -> Snippet:
     """`puremind connect <agent>`: the snippet for this shell's environment and executable, with warnings about
     this setup (no config or index yet, a config file the server cannot read, reranking that would be slow).
 
     Raises:
         ConfigError: an unknown agent, or `toml` for another agent than codex.
     """
-    snippet = connect_snippet(agent, os.environ, resolve_executable(), no_rerank=no_rerank, toml=toml)
+    snippet = connect_snippet(agent, os.environ, resolve_executable(), no_rerank=no_rerank, toml=toml,
+                              proposals=proposals)
     notes = setup_notes(os.environ, agent=agent.strip().lower(), no_rerank=no_rerank, toml=toml)
     return Snippet(text=snippet.text, guide=snippet.guide, notes=[*snippet.notes, *notes])
 
@@ -239,7 +242,8 @@ def _claude_code(command: list[str], carried: Mapping[str, str]) -> _Rendered:
     return guide, _shell_line(["claude", "mcp", "add", "--scope", "user", SERVER_NAME], groups) + "\n"
 
 
-def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str], *, toml: bool, no_rerank: bool) -> _Rendered:
+def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str], *, toml: bool, no_rerank: bool,
+           proposals: bool = False) -> _Rendered:
     codex_home = env.get("CODEX_HOME", "").strip()
     config = os.path.join(os.fspath(expand(codex_home)), "config.toml") if codex_home else "~/.codex/config.toml"
     if toml:
@@ -258,7 +262,7 @@ def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str
         return guide, "\n".join(lines) + "\n"
     groups = [["--env", f"{name}={value}"] for name, value in carried.items()]
     groups.append(["--", *command])
-    toml_command = f"puremind connect codex --toml{' --no-rerank' if no_rerank else ''}"
+    toml_command = f"puremind connect codex --toml{' --no-rerank' if no_rerank else ''}{' --proposals' if proposals else ''}"
     guide = [
         f"Codex: run this command once in a terminal (or pipe it to sh); Codex writes the entry to {config}.",
         f"To edit that file yourself instead, `{toml_command}` prints the entry.",

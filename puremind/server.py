@@ -43,6 +43,7 @@ SERVER_NAME = "puremind"
 TOOL_SEARCH = "puremind_search"
 TOOL_GET = "puremind_get"
 TOOL_RECENT = "puremind_recent"
+TOOL_PROPOSE = "puremind_propose"
 TOOL_NAMES = (TOOL_SEARCH, TOOL_GET, TOOL_RECENT)
 
 MAX_SEARCH_LIMIT = 50
@@ -83,6 +84,21 @@ class GetArgs(_Args):
         description="The note's vault-relative path, exactly as puremind_search or puremind_recent returned it, "
         "e.g. projects/deploy.md.",
     )
+
+
+class ProposeArgs(_Args):
+    title: str = Field(min_length=1, max_length=10_000, description="The note's title (at most 200 characters "
+                       "are taken); it never chooses the file name's folder.")
+    text: str = Field(min_length=1, max_length=100_000, description="The note's Markdown text, at most 100,000 "
+                      "characters, stored exactly as given.")
+    tags: list[str] = Field(default_factory=list, max_length=20, description="Up to 20 tags.")
+    reason: str = Field("", max_length=1_000, description="Why the note is worth keeping, for the user.")
+
+
+class ProposeResult(BaseModel):
+    id: str = Field(description="The proposal's id.")
+    merged: bool = Field(description="True when an identical proposal was already pending (it is not stored twice).")
+    status: str = Field(description="Where the proposal waits and what happens next.")
 
 
 class RecentArgs(_Args):
@@ -139,6 +155,27 @@ class PuremindTools:
         """
         result = services.recent_notes(self.settings, args.days, args.limit)
         return result, render_recent(result)
+
+    @property
+    def proposals(self) -> bool:
+        """Whether the server offers puremind_propose (`[server] proposals`, `serve --proposals`)."""
+        return bool(getattr(self.settings, "proposals", False))
+
+    def propose(self, args: ProposeArgs, client: str = "") -> tuple[ProposeResult, str]:
+        """Store a proposal in pureMind's inbox (never in the vault).
+
+        Raises:
+            InboxError: beyond a limit, or the inbox is full.
+        """
+        from puremind.inbox import Inbox
+
+        done = Inbox(self.settings.home).propose(args.title, args.text, args.tags, args.reason, client)
+        status = ("pending in pureMind's inbox: nothing is in the user's notes until the user approves it with "
+                  f"`puremind inbox approve {done.id}` (or rejects it); tell the user it is waiting")
+        if done.merged:
+            status = "an identical proposal was already pending; " + status
+        result = ProposeResult(id=done.id, merged=done.merged, status=status)
+        return result, f"proposal {done.id}: {status}."
 
     def close(self) -> None:
         self.searcher.close()
@@ -231,12 +268,16 @@ class ToolSpec:
     description: str
     args: type[_Args]
     output: type[BaseModel]
-    run: Callable[[Any], tuple[BaseModel, str]]
+    run: Callable[..., tuple[BaseModel, str]]
+    #: read-only tools are idempotent and non-destructive; puremind_propose is neither read-only nor idempotent
+    read_only: bool = True
+    #: `run` also takes the MCP client's "name version" (from initialize)
+    wants_client: bool = False
 
 
 def tool_specs(tools: PuremindTools) -> list[ToolSpec]:
-    """The three tools, in the order they are listed."""
-    return [
+    """The three read-only tools, in the order they are listed, and puremind_propose when proposals are on."""
+    specs = [
         ToolSpec(
             TOOL_SEARCH,
             "Search notes",
@@ -278,6 +319,23 @@ def tool_specs(tools: PuremindTools) -> list[ToolSpec]:
             tools.recent,
         ),
     ]
+    if getattr(tools, "proposals", False):
+        specs.append(ToolSpec(
+            TOOL_PROPOSE,
+            "Propose a note",
+            "Propose a new Markdown note for the user's notes: a `title`, the note's `text` (at most 100,000 "
+            "characters), optional `tags` and a `reason` for the user. NOTHING IS SAVED TO THE USER'S NOTES: the "
+            "proposal waits in pureMind's inbox until the user approves it from the terminal (`puremind inbox`), "
+            "and may be edited or rejected. Tell the user that a proposal is waiting and its id. The title never "
+            "chooses a folder or file; an identical pending proposal is not stored twice; a full inbox is an "
+            "error.",
+            ProposeArgs,
+            ProposeResult,
+            tools.propose,
+            read_only=False,
+            wants_client=True,
+        ))
+    return specs
 
 
 def build_server(tools: PuremindTools):
@@ -300,9 +358,9 @@ def build_server(tools: PuremindTools):
                 output_schema=spec.output.model_json_schema(),
                 annotations=types.ToolAnnotations(
                     title=spec.title,
-                    read_only_hint=True,
+                    read_only_hint=spec.read_only,
                     destructive_hint=False,
-                    idempotent_hint=True,
+                    idempotent_hint=spec.read_only,
                     open_world_hint=False,
                 ),
             )
@@ -319,14 +377,17 @@ def build_server(tools: PuremindTools):
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = specs.get(params.name)
         if spec is None:
-            return failure(f"unknown tool {_shown(params.name)}; this server offers {', '.join(TOOL_NAMES)}")
+            return failure(f"unknown tool {_shown(params.name)}; this server offers {', '.join(specs)}")
         try:
             args = spec.args.model_validate(params.arguments or {})
         except ValidationError as exc:
             return failure(_describe_invalid(spec.name, exc))
         try:
             # A worker thread: searching and reading files block, and other calls must go on meanwhile.
-            result, text = await anyio.to_thread.run_sync(spec.run, args)
+            if spec.wants_client:
+                result, text = await anyio.to_thread.run_sync(spec.run, args, _client_name(ctx))
+            else:
+                result, text = await anyio.to_thread.run_sync(spec.run, args)
         except PuremindError as exc:
             logger.warning("%s: %s", spec.name, exc.message)
             return failure(f"error: {exc.message}" + (f"\nhint: {exc.hint}" if exc.hint else ""))
@@ -354,6 +415,17 @@ def build_server(tools: PuremindTools):
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def _client_name(ctx: Any) -> str:
+    """"name version" of the MCP client, as it introduced itself in `initialize` ("" when it did not)."""
+    params = None
+    for holder in ("session", "connection"):  # the low-level handler's context has the session
+        params = params or getattr(getattr(ctx, holder, None), "client_params", None)
+    info = getattr(params, "client_info", None)
+    if info is None:
+        return ""
+    return " ".join(str(part) for part in (getattr(info, "name", ""), getattr(info, "version", "")) if part)
 
 
 def _describe_invalid(tool: str, exc: ValidationError) -> str:
@@ -407,6 +479,9 @@ class SettingsPending:
     instead of "Failed to connect". Each call reads the settings again: once the file is fixed, the next call
     is served normally, without restarting the agent.
     """
+
+    #: a server whose settings cannot be read offers the read-only tools only
+    proposals = False
 
     def __init__(self, load: Callable[[], Settings], make: Callable[[Settings], PuremindTools]):
         self._load = load

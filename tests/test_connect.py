@@ -278,6 +278,17 @@ def test_no_rerank_registers_serve_no_rerank_for_every_agent(tmp_path):
     assert cursor["mcpServers"]["puremind"]["args"] == ["serve", "--no-rerank"]
 
 
+def test_proposals_register_serve_proposals_for_every_agent(tmp_path):
+    for agent, program in (("claude-code", "claude"), ("codex", "codex")):
+        argv = argv_through_bash(connect_snippet(agent, ENV, EXE, proposals=True).text, program, tmp_path)
+        assert argv[argv.index("--") + 1 :] == [EXE, "serve", "--proposals"]
+    toml = tomllib.loads(connect_snippet("codex", ENV, EXE, no_rerank=True, proposals=True, toml=True).text)
+    assert toml["mcp_servers"]["puremind"]["args"] == ["serve", "--no-rerank", "--proposals"]
+    cursor = json.loads(connect_snippet("cursor", ENV, EXE, proposals=True).text)
+    assert cursor["mcpServers"]["puremind"]["args"] == ["serve", "--proposals"]
+    assert "--proposals" not in connect_snippet("cursor", ENV, EXE).text
+
+
 def test_rerank_reasons_name_a_cpu_only_machine_and_a_reranker_not_exported_yet():
     from puremind.connect import rerank_reasons
 

@@ -377,3 +377,14 @@ def test_lme_variants_option(tmp_path):
         "exchange": ["fp32", "int8"], "chunker": ["int8"]}
     with pytest.raises(SystemExit):
         q._lme_variants([["sessions=int8"]], q.VARIANTS, parser)
+
+
+def test_the_memo_keeps_precisions_apart(tmp_path):
+    # the fingerprint leaves the precision out, so fp32 and int8 runs of one model must not share vectors
+    cache = q.EmbedCache(tmp_path / "memo.sqlite")
+    fp32, int8 = BagOfWords(), BagOfWords()
+    fp32.precision, int8.precision = "fp32", "int8"
+    q.CachedEmbedder(fp32, cache).embed(["alpha beta"])
+    q.CachedEmbedder(int8, cache).embed(["alpha beta"])
+    assert (fp32.calls, int8.calls) == (1, 1)
+    cache.close()

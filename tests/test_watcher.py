@@ -1007,3 +1007,16 @@ def test_a_watch_that_starts_while_an_index_run_creates_the_index_waits_for_it(v
     finally:
         creating.execute("ROLLBACK")
         creating.close()
+
+
+def test_an_approved_proposal_is_indexed_at_once_by_a_running_watch(watching, vault, db, tmp_path):
+    from puremind.inbox import Inbox
+
+    w = watching()
+    w.wait_runs(1)
+    inbox = Inbox(tmp_path / "inbox-home")
+    pid = inbox.propose("Otter notes", "An otterphone is a phone for otters.\n").id
+    inbox.approve(pid, vault)
+    runs = w.wait_runs(2)
+    assert runs[1].added == 1  # the note only: approve's hidden temporary file never counts
+    assert found(db, "otterphone") == ["inbox/Otter notes.md"]
