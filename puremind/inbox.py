@@ -42,7 +42,7 @@ MAX_NAME_CHARS = 100
 #: The frontmatter keys pureMind writes on an approved note; the proposed text's own frontmatter cannot set them.
 OWN_KEYS = ("title", "tags", "source", "inbox_id", "proposed_by", "proposed", "approved")
 _HEADER_KEYS = ("id", "title", "tags", "reason", "client", "proposed", "sha256")
-_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]{6}$")
 _WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
 
 
@@ -180,7 +180,7 @@ class Inbox:
                 out.append(parse_proposal(path.read_text(encoding="utf-8"), path))
             except (OSError, UnicodeDecodeError, InboxError):
                 continue
-        return sorted(out, key=lambda p: p.id, reverse=True)
+        return sorted(out, key=lambda p: p.id, reverse=True)  # ids grow with time (see propose)
 
     def get(self, pid: str) -> Proposal:
         """One pending proposal. Raises InboxError when there is none with that id."""
@@ -223,11 +223,17 @@ class Inbox:
             if len(pending) >= self.max_pending:
                 raise InboxError(f"the inbox is full: {len(pending)} proposals wait for the person to approve or "
                                  "reject them", hint="ask the user to run `puremind inbox`")
+            # The id is the UTC time to the microsecond, made under the lock: ids grow with time and never
+            # collide (a taken one, or one older than the newest pending, moves on by a microsecond).
+            now = time.time_ns() // 1000
+            newest = max((_id_micros(p.id) for p in pending), default=0)
+            micros = max(now, newest + 1)
             while True:
-                pid = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+                pid = _id_of(micros)
                 path = self.dir / f"{pid}.md"
                 if not path.exists():
                     break
+                micros += 1
             proposal = Proposal(pid, title, text, clean_tags, reason, client, _now(), digest)
             self._write(path, render_proposal(proposal))
             return Proposed(pid, False, path)
@@ -267,6 +273,17 @@ class Inbox:
                 note = _write_new_note(target_dir, stem, approved_note(proposal))
             proposal.path.unlink()
             return note
+
+
+def _id_of(micros: int) -> str:
+    """A proposal id: UTC date and time, then the microseconds (YYYYMMDD-HHMMSS-uuuuuu)."""
+    seconds, rest = divmod(micros, 1_000_000)
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(seconds)) + f"-{rest:06d}"
+
+
+def _id_micros(pid: str) -> int:
+    stamp = datetime.strptime(pid[:15], "%Y%m%d-%H%M%S").replace(tzinfo=timezone.utc)
+    return int(stamp.timestamp()) * 1_000_000 + int(pid[16:])
 
 
 def safe_stem(title: str, fallback: str) -> str:

@@ -202,3 +202,10 @@ def test_edit_opens_the_editor_and_keeps_what_was_saved(capsys, configured, monk
     monkeypatch.setenv("EDITOR", "false")
     code, out, err = run(capsys, "inbox", "edit", pid)
     assert code == 2 and "unchanged" in err and configured.get(pid).text == "first line\nadded by hand\n"
+
+
+def test_pending_lists_newest_first_even_within_one_second(tmp_path):
+    inbox = Inbox(tmp_path / "home")
+    ids = [inbox.propose(f"note {i}", f"text {i}").id for i in range(5)]
+    assert [p.title for p in inbox.pending()] == [f"note {i}" for i in reversed(range(5))]
+    assert set(ids) == {p.id for p in inbox.pending()}
