@@ -153,13 +153,8 @@ class Inbox:
 
     def _write(self, path: Path, content: str) -> None:
         """`content` at `path`, whole or not at all (a temporary file renamed into place), 0600."""
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        tmp = _written_temp(path.parent, f".{path.name}.", content, 0o600)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -373,16 +368,27 @@ def _already_written(folder: Path, stem: str, pid: str) -> Path | None:
     return None
 
 
-def _write_new_note(folder: Path, stem: str, content: str) -> Path:
-    """`content` as a new file `stem.md` (or `stem 2.md`, ...), never replacing one: a hidden temporary file
-    linked to the first free name, whole or not at all."""
-    tmp = folder / f".puremind-approve-{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+def _written_temp(folder: Path, prefix: str, content: str, mode: int) -> Path:
+    """A new hidden file `<prefix><random>.tmp` in `folder` holding `content`, flushed to disk (nothing is left
+    behind when writing fails)."""
+    tmp = folder / f"{prefix}{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(content)
             fh.flush()
             os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_new_note(folder: Path, stem: str, content: str) -> Path:
+    """`content` as a new file `stem.md` (or `stem 2.md`, ...), never replacing one: a hidden temporary file
+    linked to the first free name, whole or not at all."""
+    tmp = _written_temp(folder, ".puremind-approve-", content, 0o644)
+    try:
         for name in _candidates(stem):
             try:
                 os.link(tmp, folder / name)  # fails when the name exists: nothing is ever overwritten

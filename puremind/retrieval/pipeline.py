@@ -109,8 +109,6 @@ def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: 
     return True
 
 
-
-
 def _words(text: str) -> set[str]:
     return set(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
 
@@ -147,6 +145,20 @@ def _rerank_note(run: RerankRun) -> str:
     return note
 
 
+def _load_now(model: Any) -> bool:
+    """Load a model that loads on first use (an onnxruntime session, a torch module) now, when it has not loaded
+    yet; whether it did. A model without `load` (handed in ready) is left as it is."""
+    load = getattr(model, "load", None)
+    if model is None or not callable(load) or bool(getattr(model, "loaded", True)):
+        return False
+    load()
+    return True
+
+
+def _loaded_note(role: str, seconds: float, beside: str = "") -> str:
+    return f"loaded the {role} in {seconds:.1f} s (its first use in this process){beside}"
+
+
 class _Preload:
     """The reranker, fetched and loaded in a thread of its own while the search's lists run; `result` waits for
     it and hands over its notes (and its error, raised in the caller's thread)."""
@@ -165,10 +177,8 @@ class _Preload:
         start = time.perf_counter()
         try:
             model = self._get(self._notes)
-            load = getattr(model, "load", None)
-            if model is not None and callable(load) and not bool(getattr(model, "loaded", True)):
+            if _load_now(model):
                 self._was_loaded = False
-                load()
             self._model = model
         except BaseException as exc:  # handed to the searching thread
             self._error = exc
@@ -180,8 +190,7 @@ class _Preload:
         if self._error is not None:
             raise self._error
         if self._model is not None and not self._was_loaded:
-            notes.append(f"loaded the reranker in {self._seconds:.1f} s (its first use in this process), beside "
-                         "the keyword and dense search")
+            notes.append(_loaded_note("reranker", self._seconds, ", beside the keyword and dense search"))
         return self._model
 
 
@@ -318,9 +327,9 @@ class Searcher:
                 self._check_fingerprint(store, embedder)
             reads = embedder is not None and _reads(embedder, query, "semantic search", notes,
                                                     by_language=self.params.language_gate)
-            load = getattr(embedder, "load", None)
-            if reads and callable(load) and not bool(getattr(embedder, "loaded", True)):
-                self._timed_load("embedder", notes, load)
+            start = time.perf_counter()
+            if reads and _load_now(embedder):
+                notes.append(_loaded_note("embedder", time.perf_counter() - start))
             # The reranker loads beside the query's embedding and the lists. Not beside the embedder's own load:
             # two threads importing one backend at once (torch, transformers) is not safe.
             preload = self._preload_reranker() if self.params.rerank and self.models.has("reranker") else None
@@ -330,9 +339,8 @@ class Searcher:
             # reranker either (one handed in is still used).
             reranker = preload.result(notes) if preload is not None and hits else None
             pool = hits[: max(1, self.params.rerank_candidates)]
-            if reranker is not None and len({h.text for h in pool}) < 2:
-                if hits:
-                    notes.append("reranking skipped: one candidate passage, nothing to reorder")
+            if reranker is not None and len({h.text for h in pool}) < 2:  # a reranker implies hits
+                notes.append("reranking skipped: one candidate passage, nothing to reorder")
                 reranker = None
             if reranker is not None and _reads(reranker, query, "reranking", notes,
                                                by_language=self.params.language_gate):
@@ -361,13 +369,6 @@ class Searcher:
 
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
-
-    @staticmethod
-    def _timed_load(role: str, notes: list[str], load: Callable[[], Any]) -> None:
-        """`load()`, with a note of how long it took."""
-        start = time.perf_counter()
-        load()
-        notes.append(f"loaded the {role} in {time.perf_counter() - start:.1f} s (its first use in this process)")
 
     def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float]]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""
