@@ -66,7 +66,9 @@ KEYWORD_CJK = "keyword+cjk"
 DENSE = "dense"
 HYBRID = "hybrid"
 RERANK = "hybrid+rerank"
+WHOLE_BM25 = "whole-note-bm25"
 CONFIG_LABELS = {
+    WHOLE_BM25: "plain BM25 over whole notes (baseline)",
     KEYWORD: "keyword (BM25)",
     KEYWORD_CJK: "keyword + CJK grams",
     DENSE: "dense only",
@@ -726,6 +728,11 @@ def bench_longmemeval(questions: list[LmeQuestion], models: list[ModelRun], base
                     index_prechunked(settings, {f"s{i:03d}.md": exchanges(s.turns) for i, s in enumerate(q.sessions)}, embedder)
                 else:
                     index_notes(settings, vault, {f"s{i:03d}.md": session_markdown(s.turns) for i, s in enumerate(q.sessions)}, embedder)
+                if chunking == "chunker" and model is plans[0]:  # the issue's plain baseline, per question type
+                    ranked = dedupe(paths[p] for p in whole_note_bm25(
+                        {f"s{i:03d}.md": session_markdown(s.turns) for i, s in enumerate(q.sessions)}, q.question, limit))
+                    out[CONFIG_LABELS[WHOLE_BM25]].append({
+                        "qid": q.id, "type": q.type, "top": ranked[:10], "metrics": lme_metrics(ranked, q.evidence)})
                 retriever = Retriever(settings, model)
                 try:
                     for config in retriever.configs(with_cjk=False):
@@ -742,6 +749,25 @@ def bench_longmemeval(questions: list[LmeQuestion], models: list[ModelRun], base
                 tag = model.tag if model else "keyword"
                 progress(f"  longmemeval/{chunking} {tag}: {n}/{len(scored)} questions, {time.monotonic() - started:.0f}s")
     return dict(out)
+
+
+def whole_note_bm25(notes: Mapping[str, str], query: str, limit: int) -> list[str]:
+    """The plain baseline of issue 12: SQLite FTS5 BM25 over each note whole (one row a note, the index's own
+    tokenizer), the query's words ORed as pureMind's keyword search does. Paths, best first."""
+    import sqlite3
+
+    from puremind.retrieval.lexical import fts_match_expression
+
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute("CREATE VIRTUAL TABLE notes USING fts5(path UNINDEXED, body, "
+                    "tokenize='porter unicode61 remove_diacritics 2')")
+        con.executemany("INSERT INTO notes(path, body) VALUES (?, ?)", notes.items())
+        rows = con.execute("SELECT path FROM notes WHERE notes MATCH ? ORDER BY bm25(notes) LIMIT ?",
+                           (fts_match_expression(query), limit)).fetchall()
+        return [r[0] for r in rows]
+    finally:
+        con.close()
 
 
 def bench_beir(data: BeirSet, models: list[ModelRun], base: Any, name: str) -> dict[str, list[dict]]:
@@ -848,8 +874,8 @@ def below_keyword_lines(dataset: str, results: Mapping[str, list[dict]], metrics
     lines = []
     for metric in metrics:
         for run, grouping, slice_, value, ref in slices_below(results, reference, metric, groupings):
-            if run.startswith(CONFIG_LABELS[DENSE]):
-                continue  # dense alone is expected to lose somewhere; the product's modes must not
+            if run.startswith(CONFIG_LABELS[DENSE]) or run == CONFIG_LABELS[WHOLE_BM25]:
+                continue  # dense alone (and the outside baseline) may lose somewhere; the product's modes must not
             lines.append(f"- {dataset}, {run}: {metric} {grouping} {slice_} {value:.3f} < {ref:.3f} (keyword)")
     return lines
 
@@ -868,6 +894,13 @@ def render(report: dict[str, Any]) -> str:
             parts.append(metric_table(results, ["R@5", "R@10", "NDCG@10", "any@5", "all@5"]))
             parts.append(f"\nSession Recall@5 per question type ({report['model_line']}):\n")
             parts.append(group_table(results, "R@5", "type", LME_TYPES))
+            if CONFIG_LABELS[WHOLE_BM25] in results:
+                below = [f"{slice_} {value:.3f} < {ref:.3f}" for run, _, slice_, value, ref in slices_below(
+                    results, CONFIG_LABELS[WHOLE_BM25], "R@5", {"type": lambda r: r["type"], "all": lambda r: "all"})
+                    if run == CONFIG_LABELS[KEYWORD]]
+                parts.append("\nKeyword search against the plain BM25 over whole notes, Session Recall@5: "
+                             + ("below it in " + "; ".join(below) if below else "at or above it on every question type")
+                             + ".\n")
             parts.append(f"\nNDCG@10 per question type ({report['model_line']}):\n")
             parts.append(group_table(results, "NDCG@10", "type", LME_TYPES))
     if "beir" in report:

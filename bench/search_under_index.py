@@ -12,13 +12,15 @@ fewer candidates). Rows:
 - idle: nothing else runs;
 - beside an impolite index run: a child process indexes `--pages` tldr-pages into a fresh index with the same
   embedder at normal priority and on every core (what `puremind index` did before issue 13);
-- beside `puremind index`: the real command, which lowers its priority (niceness +10) and runs on
+- beside `puremind index`: the real command, which lowers its priority (niceness +10, for itself and, in a session of
+  its own, for that session's group) and runs on
   `[models] threads` threads (default: every core but one on machines with more than two; all of them here
   when this machine has two).
 
-The child runs in a session of its own, as a command in another terminal does: on Linux with autogroup
-scheduling (most desktop distributions), niceness then orders processes only within a session, not against
-this one. A row starts once the child has used 10 s of CPU (its model loaded, embedding under way) and the child is
+The child runs in a session of its own, as a command in another terminal does (`puremind index` as the child of a
+shell that leads that session): on Linux with autogroup scheduling (most desktop distributions), niceness orders
+processes only within a session, so `index` starts itself again as the leader of a session of its own and lowers
+that session's group (issue 13). A row starts once the child has used 10 s of CPU (its model loaded, embedding under way) and the child is
 stopped after it. Random weights: costs, not ranking quality.
 """
 
@@ -45,20 +47,60 @@ SECTION = "search-under-index"
 BUSY_CPU_S = 10.0
 START_DEADLINE_S = 300.0
 
+#: `puremind index` as typed in another terminal: a shell leads that session and runs the command as its child
+#: (which then starts itself again in a session of its own, as it does under Linux autogroup scheduling).
+IN_A_TERMINAL = ["sh", "-c", '"$@"; exit $?', "sh", sys.executable, "-m", "puremind", "index"]
+
 IMPOLITE = (
     "import sys; from puremind.config import load_settings; from puremind.services import build_models, run_index; "
     "s = load_settings(); run_index(s, models=build_models(s))"  # no lower_priority, every core
 )
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its finished children (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
+def _processes() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, user + system CPU seconds with its finished children) of every process."""
+    stats: dict[int, tuple[int, float]] = {}
     ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(v) for v in fields[11:15]) / ticks
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (int(fields[1]), sum(int(v) for v in fields[11:15]) / ticks)
+    return stats
+
+
+def tree(pid: int, stats: dict[int, tuple[int, float]]) -> list[int]:
+    """`pid` and all its descendants that are alive: `puremind index` started from a shell runs as the shell's
+    child, and then again in a session of its own, as a grandchild."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        if current in stats:
+            found.append(current)
+        todo += [child for child, (parent, _) in stats.items() if parent == current]
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds used by a process and all its descendants (0 when they are gone)."""
+    stats = _processes()
+    return sum(stats[p][1] for p in tree(pid, stats))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the child's process group (a shell and the command it runs, which passes it on to its own
+    session), and wait until every process of the tree has ended."""
+    pids = tree(proc.pid, _processes())
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{p}").exists() for p in pids[1:]):
+        if time.monotonic() > deadline:
+            raise SystemExit("error: the index child did not stop within a minute of SIGTERM")
+        time.sleep(0.1)
 
 
 def wait_busy(proc: subprocess.Popen) -> None:
@@ -153,10 +195,10 @@ def main() -> None:
     conditions = [
         ("idle", None),
         ("beside an impolite index run (normal priority, every core)", [sys.executable, "-c", IMPOLITE]),
-        ("beside `puremind index` (niceness +10, [models] threads)", [sys.executable, "-m", "puremind", "index"], {}),
+        ("beside `puremind index` from another terminal (own session, niceness +10, [models] threads)", IN_A_TERMINAL, {}),
     ]
     conditions[:2] = [(name, cmd, {}) for name, cmd in conditions[:2]]
-    conditions += [(f"beside `puremind index`, [models] threads = {n}", [sys.executable, "-m", "puremind", "index"],
+    conditions += [(f"beside `puremind index`, [models] threads = {n}", IN_A_TERMINAL,
                     {"PUREMIND_THREADS": str(n)}) for n in args.index_threads]
     for i, (name, cmd, extra) in enumerate(conditions):
         proc = child(cmd, **extra) if cmd else None
@@ -169,8 +211,7 @@ def main() -> None:
         finally:
             if proc is not None:
                 still = proc.poll() is None
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=60)
+                stop(proc)
                 if not still:
                     raise SystemExit(f"error: the index child finished during the row {name!r}: use more --pages")
         rows.append((name, statistics.median(times), max(times), statistics.median(counts)))

@@ -137,6 +137,7 @@ def index(
     """Index the vault incrementally: only notes whose content changed are read and embedded again."""
     from puremind.services import build_models, lower_priority, run_index
 
+    _in_own_session()
     settings = _settings(vault=vault_dir)
     lower_priority()  # an index run yields the CPU to the user's other work
     models = build_models(settings, progress=_notice, indexing=True)  # loaded only when the run needs one
@@ -237,6 +238,7 @@ def watch(
     """Index the vault, then again each time it has been quiet for --debounce seconds after a change; Ctrl-C stops."""
     from puremind.services import build_models, lower_priority, run_watch
 
+    _in_own_session()
     settings = _settings(vault=vault_dir)
     lower_priority()  # a watcher yields the CPU to the user's other work
     run_watch(settings, debounce=debounce, say=typer.echo, notice=_notice, progress=_progress_bar(),
@@ -452,6 +454,22 @@ def inbox_edit(pid: str = typer.Argument(..., metavar="ID", help="The proposal's
     typer.echo(f"{p.id}: text updated; `puremind inbox approve {p.id}` writes it")
 
 
+#: The command line of this run (`run`'s argv), for `_in_own_session`.
+_argv: list[str] = []
+
+
+def _in_own_session() -> None:
+    """`index` and `watch`: where niceness alone would not yield the CPU (Linux autogroup scheduling), run this
+    command line again as the leader of a session of its own, and end with its exit code (or go on here, when
+    this interpreter cannot be started again)."""
+    from puremind import services
+
+    if services.needs_own_session():
+        code = services.run_in_own_session([sys.executable, "-m", "puremind", *_argv])
+        if code is not None:
+            raise typer.Exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and turn every outcome into the spec's exit codes."""
     sys.exit(run(argv))
@@ -459,7 +477,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code (0 ok, 1 nothing found, 2 error, 130 Ctrl-C)."""
+    global _argv
     command = typer.main.get_command(app)
+    _argv = list(sys.argv[1:] if argv is None else argv)
     try:
         result = command.main(args=argv, prog_name="puremind", standalone_mode=False)
         if result == EXIT_INTERRUPTED:  # Typer's own mapping of a Ctrl-C outside our commands

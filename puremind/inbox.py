@@ -263,6 +263,7 @@ class Inbox:
             assert proposal.path is not None
             target_dir = note_folder(vault, folder)
             stem = safe_stem(name if name else proposal.title, fallback=f"proposal-{proposal.id}")
+            _remove_stale_temps(target_dir)
             note = _already_written(target_dir, stem, proposal.id)
             if note is None:
                 note = _write_new_note(target_dir, stem, approved_note(proposal))
@@ -368,6 +369,24 @@ def _already_written(folder: Path, stem: str, pid: str) -> Path | None:
     return None
 
 
+#: The hidden temporary file an approve writes before linking it to the note's name.
+APPROVE_TEMP_PREFIX = ".puremind-approve-"
+#: A temporary file this much older than now was left by a killed approve (a running one is seconds old).
+STALE_TEMP_S = 60.0
+
+
+def _remove_stale_temps(folder: Path) -> None:
+    """Remove what approves killed before they finished left in `folder`: their hidden temporary files (each is
+    either a copy of a note already linked into place or a note never linked; the proposal is still pending)."""
+    now = time.time()
+    for tmp in folder.glob(f"{APPROVE_TEMP_PREFIX}*.tmp"):
+        try:
+            if tmp.is_file() and not tmp.is_symlink() and now - tmp.lstat().st_mtime > STALE_TEMP_S:
+                tmp.unlink()
+        except OSError:
+            pass
+
+
 def _written_temp(folder: Path, prefix: str, content: str, mode: int) -> Path:
     """A new hidden file `<prefix><random>.tmp` in `folder` holding `content`, flushed to disk (nothing is left
     behind when writing fails)."""
@@ -387,7 +406,7 @@ def _written_temp(folder: Path, prefix: str, content: str, mode: int) -> Path:
 def _write_new_note(folder: Path, stem: str, content: str) -> Path:
     """`content` as a new file `stem.md` (or `stem 2.md`, ...), never replacing one: a hidden temporary file
     linked to the first free name, whole or not at all."""
-    tmp = _written_temp(folder, ".puremind-approve-", content, 0o644)
+    tmp = _written_temp(folder, APPROVE_TEMP_PREFIX, content, 0o644)
     try:
         for name in _candidates(stem):
             try:

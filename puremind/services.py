@@ -54,14 +54,129 @@ def indexing_threads(settings: Settings, cores: int | None = None) -> int:
 #: How much lower `index` and `watch` run than other processes (os.nice: 0 normal, 19 lowest).
 INDEXING_NICENESS = 10
 
+#: Set in the environment of an `index` or `watch` run that was started again in a session of its own: the pid
+#: of the process that started it (it stops when that one is gone).
+OWN_SESSION_ENV = "PUREMIND_OWN_SESSION"
+
+_AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
+_AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def autogroup_scheduling() -> bool:
+    """Whether Linux schedules by autogroup here (most desktop distributions): the CPU is then shared fairly
+    between sessions (terminals) first, and a process's niceness orders it only against its own session."""
+    try:
+        return _AUTOGROUP_SWITCH.read_text().strip() == "1" and _AUTOGROUP.exists()
+    except OSError:
+        return False
+
+
+def needs_own_session() -> bool:
+    """Whether an `index` or `watch` run must start again in a session of its own to yield the CPU: under
+    autogroup scheduling, a run that shares a terminal's session can only lower that whole session's group,
+    which is the user's shell and everything in it. A run that leads its own session already (a service, a
+    command started with one) does not."""
+    return autogroup_scheduling() and os.getsid(0) != os.getpid() and OWN_SESSION_ENV not in os.environ
+
+
+def run_in_own_session(command: Sequence[str]) -> int | None:
+    """Run `command` (this `index` or `watch` command line again) as the leader of a new session, whose autogroup
+    it can then lower alone, and return its exit code; None when it cannot be started (the caller then runs
+    here, at its own niceness only).
+
+    The child shares stdin, stdout and stderr. A new session has no controlling terminal, so this process passes
+    the terminal's signals on: Ctrl-C (SIGINT), SIGTERM and SIGHUP are sent to the child, and Ctrl-Z stops both
+    until they are continued. The child stops itself when this process is gone (see `lower_priority`).
+    """
+    import signal
+    import subprocess
+
+    env = {**os.environ, OWN_SESSION_ENV: str(os.getpid())}
+    child: subprocess.Popen | None = None
+    early: list[int] = []  # signals that came before the child existed
+
+    def forward(signum, frame) -> None:
+        if child is None:
+            early.append(signum)
+            return
+        try:
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def stop(signum, frame) -> None:
+        forward(signal.SIGSTOP, frame)
+        os.kill(os.getpid(), signal.SIGSTOP)  # the shell sees the job stopped; `fg` continues this process:
+
+    def resume(signum, frame) -> None:
+        forward(signal.SIGCONT, frame)
+
+    handled = [(signal.SIGINT, forward), (signal.SIGTERM, forward), (signal.SIGHUP, forward),
+               (signal.SIGTSTP, stop), (signal.SIGCONT, resume)]
+    previous = [(signum, signal.signal(signum, handler)) for signum, handler in handled]
+    try:
+        try:
+            child = subprocess.Popen(list(command), env=env, start_new_session=True)
+        except OSError:
+            return None  # this interpreter cannot be started again (a sandbox, a user without access to it)
+        for signum in early:
+            forward(signum, None)
+        code = child.wait()
+    finally:
+        for signum, handler in previous:
+            signal.signal(signum, handler)
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
+
+
+def _stop_with_parent(parent: int) -> None:
+    """In a run started by `run_in_own_session`: be sent SIGTERM when the starting process ends (Linux), and end
+    at once if it has ended already."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _lower_autogroup(niceness: int) -> bool:
+    """Raise the niceness of this session's autogroup to at least `niceness` (any user may lower a group's
+    priority; the kernel accepts one change per 0.1 s across the system, so a busy moment is retried)."""
+    try:
+        current = int(_AUTOGROUP.read_text().split("nice")[1])
+    except (OSError, IndexError, ValueError):
+        return False
+    if current >= niceness:
+        return True
+    for _ in range(20):
+        try:
+            _AUTOGROUP.write_text(str(niceness))
+            return True
+        except BlockingIOError:
+            time.sleep(0.02)
+        except OSError:
+            return False
+    return False
+
 
 def lower_priority() -> bool:
     """Make this process (an `index` or `watch` run) yield the CPU to others: niceness +10 where the system has
-    it. Returns whether it took effect."""
+    it, and under autogroup scheduling, when this process leads its own session, the same for its session's
+    group (which holds only this run), so that the user's other terminals and agents' servers come first.
+    Returns whether the niceness took effect."""
+    parent = os.environ.get(OWN_SESSION_ENV)
+    if parent and parent.isdigit() and os.getsid(0) == os.getpid():
+        _stop_with_parent(int(parent))
     try:
         os.nice(INDEXING_NICENESS)
     except (AttributeError, OSError):
         return False
+    if autogroup_scheduling() and os.getsid(0) == os.getpid():
+        _lower_autogroup(INDEXING_NICENESS)
     return True
 
 

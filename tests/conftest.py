@@ -92,8 +92,10 @@ def searcher_with(settings, *, embedder=None, reranker=None, rerank=None, models
 @pytest.fixture(autouse=True)
 def _index_runs_keep_the_test_priority(monkeypatch: pytest.MonkeyPatch) -> None:
     """`index` and `watch` lower their process's CPU priority (services.lower_priority): the CLI tests that run
-    them in this process must not lower pytest's (tests/test_polite.py checks the real one in a child)."""
+    them in this process must not lower pytest's, nor start themselves again in a session of their own
+    (tests/test_polite.py checks the real ones in children)."""
     monkeypatch.setattr("puremind.services.lower_priority", lambda: False)
+    monkeypatch.setattr("puremind.services.needs_own_session", lambda: False)
 
 
 def write(root: Path, rel: str, text: str) -> Path:

@@ -209,3 +209,54 @@ def test_pending_lists_newest_first_even_within_one_second(tmp_path):
     ids = [inbox.propose(f"note {i}", f"text {i}").id for i in range(5)]
     assert [p.title for p in inbox.pending()] == [f"note {i}" for i in reversed(range(5))]
     assert set(ids) == {p.id for p in inbox.pending()}
+
+
+_KILLED_APPROVE = """
+import os, signal, sys
+from pathlib import Path
+from puremind import inbox as box
+
+where = sys.argv[3]
+def die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+if where == "while writing":
+    real_fsync = os.fsync
+    box.os.fsync = lambda fd: (os.write(fd, b"half"), die())
+elif where == "after linking the note":
+    real_link = os.link
+    box.os.link = lambda src, dst: (real_link(src, dst), die())
+elif where == "before removing the proposal":
+    real_unlink = Path.unlink
+    def unlink(self, missing_ok=False):
+        if self.parent.name == "inbox" and self.suffix == ".md":
+            die()
+        return real_unlink(self, missing_ok=missing_ok)
+    Path.unlink = unlink
+box.Inbox(Path(sys.argv[1])).approve(sys.argv[2], Path(sys.argv[4]))
+"""
+
+
+@pytest.mark.parametrize("where", ["while writing", "after linking the note", "before removing the proposal"])
+def test_an_approve_killed_with_sigkill_loses_nothing_and_the_next_one_finishes_it(tmp_path, vault, where):
+    import signal
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    inbox = Inbox(home)
+    proposal = inbox.get(inbox.propose("Killed", "the text\n" * 200).id)
+    pid = proposal.id
+    before = vault_files(vault)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_APPROVE, str(home), pid, where, str(vault)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert [p.id for p in inbox.pending()] == [pid]  # the proposal is not lost
+    folder = vault / "inbox"
+    notes = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    assert notes == ([] if where == "while writing" else ["Killed.md"])  # no half-written note under a name
+    for tmp in folder.glob(".puremind-approve-*.tmp"):  # what the killed run left, an hour later:
+        os.utime(tmp, (tmp.stat().st_atime - 3600, tmp.stat().st_mtime - 3600))
+    note = inbox.approve(pid, vault)
+    assert note == folder / "Killed.md" and note.read_text(encoding="utf-8") == approved_note(proposal)
+    assert vault_files(vault) == before | {"inbox/Killed.md"} and inbox.pending() == []
+

@@ -4,9 +4,12 @@ leaves a core free; searches keep every core."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +70,82 @@ def test_the_index_command_lowers_its_priority(capsys, vault, puremind_home, mon
     monkeypatch.setattr(services, "lower_priority", lambda: calls.append("index") or True)
     assert cli.run(["index", str(vault)]) == 0
     assert calls == ["index"]
+
+
+# -- a session of its own: niceness that holds across terminals under Linux autogroup scheduling ---------------
+
+_PROBE = (
+    "import os, signal, sys, time; from puremind.services import lower_priority; lower_priority(); "
+    "done = lambda signum, frame: (open(sys.argv[1], 'w').write(signal.Signals(signum).name), sys.exit(0)); "
+    "signal.signal(signal.SIGTERM, done); signal.signal(signal.SIGINT, done); "
+    "print(os.getsid(0) == os.getpid(), os.nice(0), open('/proc/self/autogroup').read().split()[-1], flush=True); "
+    "[time.sleep(0.05) for _ in range(2400) if sys.argv[2] == 'wait']"
+)
+_PARENT = "import sys; from puremind.services import run_in_own_session; sys.exit(run_in_own_session(sys.argv[1:]))"
+needs_autogroup = pytest.mark.skipif(not services.autogroup_scheduling(), reason="no Linux autogroup scheduling here")
+
+
+def _parent(tmp_path, mode: str) -> subprocess.Popen:
+    from tests.conftest import default_sigint
+
+    return subprocess.Popen([sys.executable, "-c", _PARENT, sys.executable, "-c", _PROBE, str(tmp_path / "got"), mode],
+                            stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+
+
+@needs_autogroup
+def test_a_run_started_again_leads_its_own_session_whose_autogroup_it_lowers(tmp_path):
+    proc = _parent(tmp_path, "exit")
+    out, _ = proc.communicate(timeout=60)
+    leader, niceness, group = out.split()
+    assert proc.returncode == 0 and leader == "True"
+    assert int(niceness) >= INDEXING_NICENESS and int(group) == INDEXING_NICENESS
+    own = Path("/proc/self/autogroup").read_text().split()[-1]
+    assert own == "0" or int(own) != INDEXING_NICENESS  # this test's own session was not touched
+
+
+@needs_autogroup
+@pytest.mark.parametrize(("sig", "got"), [(signal.SIGINT, "SIGINT"), (signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGTERM")])
+def test_the_terminal_signals_reach_the_run_and_it_stops_when_its_starter_is_killed(tmp_path, sig, got):
+    proc = _parent(tmp_path, "wait")
+    try:
+        assert proc.stdout.readline().startswith("True"), "the run did not start in its own session"
+        proc.send_signal(sig)  # SIGKILL cannot be passed on: the run is sent SIGTERM as its starter ends
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "got").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (tmp_path / "got").read_text() == got
+    if sig != signal.SIGKILL:
+        assert proc.returncode == 0  # the run's own exit code
+
+
+def test_index_and_watch_start_again_in_their_own_session_where_niceness_alone_would_not_hold(vault, monkeypatch):
+    started = []
+    monkeypatch.setattr(services, "needs_own_session", lambda: True)
+    monkeypatch.setattr(services, "run_in_own_session", lambda command: started.append(command) or 7)
+    assert cli.run(["index", str(vault)]) == 7
+    assert cli.run(["watch", str(vault), "--debounce", "0.5"]) == 7
+    assert started == [[sys.executable, "-m", "puremind", "index", str(vault)],
+                       [sys.executable, "-m", "puremind", "watch", str(vault), "--debounce", "0.5"]]
+
+
+@needs_autogroup
+def test_only_a_run_that_shares_a_session_needs_one_of_its_own():
+    code = "from puremind.services import needs_own_session; print(needs_own_session())"
+    shared = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    leader = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            start_new_session=True).stdout
+    started = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, services.OWN_SESSION_ENV: "1"}).stdout
+    assert (shared.strip(), leader.strip(), started.strip()) == ("True", "False", "False")
+
+
+def test_a_run_that_cannot_be_started_again_goes_on_in_this_process(vault, tmp_path, monkeypatch, capsys):
+    assert services.run_in_own_session([str(tmp_path / "no-such-interpreter")]) is None
+    monkeypatch.setattr(services, "needs_own_session", lambda: True)
+    monkeypatch.setattr(services, "run_in_own_session", lambda command: None)
+    assert cli.run(["index", str(vault)]) == 0
+    assert "indexed " in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -247,3 +248,79 @@ def test_a_passage_with_every_word_of_the_query_is_lifted_by_the_all_words_list(
 
     assert first(all_words_weight=0.0) != "all.md"  # BM25 and the embedder both prefer the repeated words
     assert first() == "all.md"
+
+
+# -- keyword-only search weighs each passage's whole note (issue 12) ----------------------------------------------
+
+
+def _filler(n: int, seed: str) -> str:
+    return " ".join(f"{seed}{i % 97}" for i in range(n))
+
+
+@pytest.fixture
+def spread(tmp_path: Path, vault: Path):
+    """`spread.md` holds the query's two words in two sections (two chunks, one word each); `short.md` holds one
+    of them in one short passage, which BM25 prefers passage by passage."""
+    write(vault, "spread.md", f"# Spread\n\n## One\n\nkettle {_filler(330, 'x')}\n\n## Two\n\ndescaling {_filler(330, 'y')}\n")
+    write(vault, "short.md", f"# Short\n\nthe kettle {_filler(120, 's')}\n")
+    write(vault, "descale.md", f"# Descale\n\ndescaling {_filler(400, 'd')}\n")
+    for word in ("vinegar", "citric", "lemon", "water"):  # other notes the search finds: a whole note is judged
+        write(vault, f"{word}.md", f"# {word.title()}\n\n{word} {_filler(250, 'z')}\n")  # among the notes found
+    db = tmp_path / "spread.sqlite"
+    with Store.open(db) as store:
+        index_vault(store, vault)
+    con = sqlite3.connect(db)
+    try:
+        chunks = con.execute("SELECT COUNT(*) FROM chunks JOIN files ON files.id = chunks.file_id"
+                             " WHERE files.path = 'spread.md'").fetchone()[0]
+    finally:
+        con.close()
+    assert chunks >= 2, "the fixture needs spread.md cut into two chunks"
+    return replace(load_settings(), vault=vault, db=db)
+
+
+def test_keyword_search_adds_each_passage_s_whole_note_evidence_to_its_bm25(spread):
+    from puremind.retrieval.lexical import fts_match_expression
+    from puremind.retrieval.pipeline import NOTE_WEIGHT
+
+    query = "kettle descaling vinegar citric lemon water"
+    alone = Searcher(spread.db, Models(None, None), RetrievalParams(note_weight=0.0)).search(query, 50, lexical_only=True)
+    out = searcher_with(spread).search(query, 50, lexical_only=True)
+    with Store.open(spread.db, create=False) as store:
+        notes = store.note_scores([h.path for h in alone.hits], fts_match_expression(query))
+    by_chunk = {h.chunk_id: h.score for h in alone.hits}
+    assert out.mode == "lexical" and len(out.hits) == len(alone.hits) == 8  # 7 notes, spread.md in two
+    assert [h.score for h in out.hits] == pytest.approx(
+        [by_chunk[h.chunk_id] + NOTE_WEIGHT * notes.get(h.path, 0.0) for h in out.hits])
+    scores = [h.score for h in out.hits]
+    assert scores == sorted(scores, reverse=True) and scores[-1] > 0  # still BM25 scores, best first
+    assert searcher_with(spread).search(query, 3, lexical_only=True).hits == out.hits[:3]  # the limit cuts last
+
+
+def test_note_evidence_can_lift_a_passage_above_a_better_one_of_a_weaker_note():
+    from puremind.retrieval.pipeline import with_note_evidence
+    from puremind.store import Hit
+
+    def hit(cid: int, path: str, score: float) -> Hit:
+        return Hit(chunk_id=cid, path=path, heading_path=(), start_line=1, end_line=1, score=score, text="", excerpt="")
+
+    hits = [hit(1, "one-word.md", 3.0), hit(2, "every-word.md", 2.0), hit(3, "every-word.md", 1.5), hit(4, "x.md", 1.0)]
+    out = with_note_evidence(hits, {"every-word.md": 1.0, "one-word.md": 0.2}, 2.0)
+    assert [(h.chunk_id, h.score) for h in out] == [(2, 4.0), (3, 3.5), (1, 3.4), (4, 1.0)]
+
+
+def test_note_scores_judge_whole_notes_among_the_notes_asked_for(spread):
+    from puremind.retrieval.lexical import fts_match_expression
+
+    with Store.open(spread.db, create=False) as store:
+        notes = ["short.md", "spread.md", "short.md", "descale.md", "vinegar.md", "citric.md", "lemon.md", "water.md"]
+        scores = store.note_scores(notes, fts_match_expression("kettle descaling"))
+        assert set(scores) == {"short.md", "spread.md", "descale.md"}
+        assert scores["spread.md"] > max(scores["short.md"], scores["descale.md"]) > 0
+        assert store.note_scores(["short.md", "lemon.md"], fts_match_expression("descaling")) == {}
+        few = ["spread.md", "short.md", "lemon.md"]
+        assert set(store.note_scores(few, fts_match_expression("descaling"))) == {"spread.md"}
+        assert store.note_scores(few, fts_match_expression("descaling"), max_chars=100) == {}  # read: 100 characters
+        assert store.note_scores([], fts_match_expression("kettle")) == {}
+        with pytest.raises(QueryError):
+            store.note_scores(["short.md"], "kettle AND")

@@ -14,6 +14,9 @@ from typing import Callable, Union
 
 Step = Union[str, Callable[[sqlite3.Connection], None]]
 
+#: The tokenizer of the keyword indexes (chunks_fts, notes_fts): an English stemmer over Unicode words.
+KEYWORD_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -58,10 +61,10 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX chunks_file_id ON chunks(file_id)",
             # External content: FTS5 reads column values from `chunks` by these names, so the FTS
             # columns are named exactly like the content columns (heading_text, text).
-            """CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            f"""CREATE VIRTUAL TABLE chunks_fts USING fts5(
                 heading_text, text,
                 content='chunks', content_rowid='id',
-                tokenize='porter unicode61 remove_diacritics 2'
+                tokenize='{KEYWORD_TOKENIZER}'
             )""",
             """CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN
                 INSERT INTO chunks_fts(rowid, heading_text, text)
@@ -132,9 +135,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE files ADD COLUMN aliases TEXT NOT NULL DEFAULT ''",  # one per line
             # Until a run reads the note again (the chunker signature changed with this), its file name.
             lambda conn: _fill_titles(conn),
-            """CREATE VIRTUAL TABLE notes_fts USING fts5(
+            f"""CREATE VIRTUAL TABLE notes_fts USING fts5(
                 title, aliases, content='files', content_rowid='id',
-                tokenize='porter unicode61 remove_diacritics 2'
+                tokenize='{KEYWORD_TOKENIZER}'
             )""",
             "INSERT INTO notes_fts(notes_fts) VALUES ('rebuild')",
             """CREATE TRIGGER notes_fts_ai AFTER INSERT ON files BEGIN

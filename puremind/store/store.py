@@ -26,12 +26,14 @@ from puremind.fingerprint import index_mismatch, same_vectors
 from puremind.store import files
 from puremind.store.errors import REPAIR_HINT, from_os, from_sqlite, one_line
 from puremind.store.rows import ChunkRow, FileState, Hit, TitleHit, title_key as _title_key
-from puremind.store.schema import LATEST_VERSION, SchemaError, current_version, migrate
+from puremind.store.schema import KEYWORD_TOKENIZER, LATEST_VERSION, SchemaError, current_version, migrate
 
 BUSY_TIMEOUT_MS = 10_000
 # compact() waits at most this long for readers to leave the -wal file; a later run empties it.
 CHECKPOINT_TIMEOUT_MS = 1_000
 EXCERPT_CHARS = 200
+#: How much of each note `note_scores` reads (a whole note's evidence, bounded for a vault of huge notes).
+NOTE_SCORE_CHARS = 50_000
 VECTOR_DTYPE = numpy.dtype("<f2")  # float16, little-endian on disk whatever the machine
 
 _SQLITE_ERROR = 1
@@ -633,6 +635,44 @@ class Store:
         return self._search_fts(
             "chunks_fts", "bm25(chunks_fts, 2.0, 1.0)", "snippet(chunks_fts, 1, '', '', '…', 24)", match, limit
         )
+
+    @_guarded("read")
+    def note_scores(self, paths: list[str], match: str, max_chars: int = NOTE_SCORE_CHARS) -> dict[str, float]:
+        """BM25 of each whole note among the notes `paths` (their chunks' texts in order, at most `max_chars`
+        characters of each), for the FTS5 MATCH expression `match`: path -> -bm25, higher is better, for the notes
+        that match. The statistics (how rare a word is, how long a note is) are those of these notes only: a
+        passage's note is judged against the other notes its search found, with the index's own tokenizer.
+
+        Raises:
+            QueryError: FTS5 rejected `match`.
+            StoreError: the index cannot be read.
+        """
+        wanted = list(dict.fromkeys(paths))
+        if not wanted:
+            return {}
+        bodies: dict[str, list[str]] = {p: [] for p in wanted}
+        sizes = dict.fromkeys(wanted, 0)
+        rows = self._db.execute(
+            "SELECT f.path, c.text FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
+            " WHERE f.path IN (SELECT value FROM json_each(?)) ORDER BY f.path, c.ord",
+            (json.dumps(wanted),),
+        )
+        for path, text in rows:
+            if sizes[path] < max_chars:
+                bodies[path].append(text[: max_chars - sizes[path]])
+                sizes[path] += len(text)
+        scratch = sqlite3.connect(":memory:")
+        try:
+            scratch.execute(f"CREATE VIRTUAL TABLE notes USING fts5(path UNINDEXED, body, tokenize='{KEYWORD_TOKENIZER}')")
+            scratch.executemany("INSERT INTO notes(path, body) VALUES (?, ?)",
+                                ((p, "\n\n".join(parts)) for p, parts in bodies.items()))
+            try:
+                found = scratch.execute("SELECT path, -bm25(notes) FROM notes WHERE notes MATCH ?", (match,)).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise QueryError(f"the search expression cannot be used: {one_line(exc)}") from exc
+        finally:
+            scratch.close()
+        return {path: float(score) for path, score in found}
 
     @_guarded("read")
     def search_titles(self, match: str, limit: int) -> list[TitleHit]:
