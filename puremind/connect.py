@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from puremind.config import expand
+from puremind.config import DEFAULT_RERANK_BUDGET, expand
 from puremind.errors import ConfigError
 
 SERVER_NAME = "puremind"
@@ -174,7 +174,7 @@ def rerank_reasons(providers: Sequence[str] | None, exported: bool | None) -> li
     reasons = []
     if providers is not None and not any(p in ("CUDAExecutionProvider", "CoreMLExecutionProvider") for p in providers):
         reasons.append("there is no GPU provider (CUDA or Core ML), so the cross-encoder runs on the CPU and reads "
-                       "only part of the candidates within its time budget (3 s by default)")
+                       f"only part of the candidates within its time budget ({DEFAULT_RERANK_BUDGET:g} s by default)")
     if exported is False:
         reasons.append(
             "the reranker is not exported yet: the first search would export it (minutes; needs the [export] "

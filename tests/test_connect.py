@@ -293,7 +293,7 @@ def test_rerank_reasons_name_a_cpu_only_machine_and_a_reranker_not_exported_yet(
     from puremind.connect import rerank_reasons
 
     assert rerank_reasons(["CPUExecutionProvider"], True) == [
-        "there is no GPU provider (CUDA or Core ML), so the cross-encoder runs on the CPU and reads only part of the candidates within its time budget (3 s by default)"
+        "there is no GPU provider (CUDA or Core ML), so the cross-encoder runs on the CPU and reads only part of the candidates within its time budget (2.5 s by default)"
     ]
     assert rerank_reasons(["CUDAExecutionProvider", "CPUExecutionProvider"], True) == []
     assert rerank_reasons(["CoreMLExecutionProvider", "CPUExecutionProvider"], None) == []
