@@ -85,8 +85,9 @@ def run_in_own_session(command: Sequence[str]) -> int | None:
     here, at its own niceness only).
 
     The child shares stdin, stdout and stderr. A new session has no controlling terminal, so this process passes
-    the terminal's signals on: Ctrl-C (SIGINT), SIGTERM and SIGHUP are sent to the child, and Ctrl-Z stops both
-    until they are continued. The child stops itself when this process is gone (see `lower_priority`).
+    the terminal's signals on: Ctrl-C (SIGINT), SIGTERM and SIGHUP are sent to the child (unless this process
+    ignores them, as under `nohup`), and Ctrl-Z stops both until they are continued. The child stops itself when
+    this process is gone (see `lower_priority`).
     """
     import signal
     import subprocess
@@ -113,7 +114,10 @@ def run_in_own_session(command: Sequence[str]) -> int | None:
 
     handled = [(signal.SIGINT, forward), (signal.SIGTERM, forward), (signal.SIGHUP, forward),
                (signal.SIGTSTP, stop), (signal.SIGCONT, resume)]
-    previous = [(signum, signal.signal(signum, handler)) for signum, handler in handled]
+    # A signal this process ignores stays ignored, and the child inherits that (`nohup`, a background job's
+    # Ctrl-C): passing it on would undo what the user asked for.
+    previous = [(signum, signal.signal(signum, handler)) for signum, handler in handled
+                if signal.getsignal(signum) != signal.SIG_IGN]
     try:
         try:
             child = subprocess.Popen(list(command), env=env, start_new_session=True)

@@ -77,7 +77,7 @@ def test_the_index_command_lowers_its_priority(capsys, vault, puremind_home, mon
 _PROBE = (
     "import os, signal, sys, time; from puremind.services import lower_priority; lower_priority(); "
     "done = lambda signum, frame: (open(sys.argv[1], 'w').write(signal.Signals(signum).name), sys.exit(0)); "
-    "signal.signal(signal.SIGTERM, done); signal.signal(signal.SIGINT, done); "
+    "[signal.signal(s, done) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]; "
     "print(os.getsid(0) == os.getpid(), os.nice(0), open('/proc/self/autogroup').read().split()[-1], flush=True); "
     "[time.sleep(0.05) for _ in range(2400) if sys.argv[2] == 'wait']"
 )
@@ -85,11 +85,30 @@ _PARENT = "import sys; from puremind.services import run_in_own_session; sys.exi
 needs_autogroup = pytest.mark.skipif(not services.autogroup_scheduling(), reason="no Linux autogroup scheduling here")
 
 
-def _parent(tmp_path, mode: str) -> subprocess.Popen:
+def _parent(tmp_path, mode: str, preexec_fn=None) -> subprocess.Popen:
     from tests.conftest import default_sigint
 
     return subprocess.Popen([sys.executable, "-c", _PARENT, sys.executable, "-c", _PROBE, str(tmp_path / "got"), mode],
-                            stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                            stdout=subprocess.PIPE, text=True, preexec_fn=preexec_fn or default_sigint)
+
+
+def _nohup() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what `nohup` does before it starts the command
+
+
+@needs_autogroup
+def test_a_signal_the_starter_ignores_is_not_passed_on(tmp_path):
+    proc = _parent(tmp_path, "wait", preexec_fn=_nohup)
+    try:
+        assert proc.stdout.readline().startswith("True")
+        proc.send_signal(signal.SIGHUP)  # the terminal closes: under nohup, the run goes on ...
+        proc.send_signal(signal.SIGTERM)  # ... and the first signal the run gets is this one
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and (tmp_path / "got").read_text() == "SIGTERM"
 
 
 @needs_autogroup

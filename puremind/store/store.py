@@ -34,6 +34,8 @@ CHECKPOINT_TIMEOUT_MS = 1_000
 EXCERPT_CHARS = 200
 #: How much of each note `note_scores` reads (a whole note's evidence, bounded for a vault of huge notes).
 NOTE_SCORE_CHARS = 50_000
+#: ... and at most this many of its first chunks (a note of thousands of one-line chunks is not read whole).
+_NOTE_SCORE_CHUNKS = 400
 VECTOR_DTYPE = numpy.dtype("<f2")  # float16, little-endian on disk whatever the machine
 
 _SQLITE_ERROR = 1
@@ -654,8 +656,8 @@ class Store:
         sizes = dict.fromkeys(wanted, 0)
         rows = self._db.execute(
             "SELECT f.path, c.text FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
-            " WHERE f.path IN (SELECT value FROM json_each(?)) ORDER BY f.path, c.ord",
-            (json.dumps(wanted),),
+            " WHERE f.path IN (SELECT value FROM json_each(?)) AND c.ord < ? ORDER BY f.path, c.ord",
+            (json.dumps(wanted), _NOTE_SCORE_CHUNKS),
         )
         for path, text in rows:
             if sizes[path] < max_chars:
