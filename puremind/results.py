@@ -16,7 +16,9 @@ SCORE_MEANINGS = {
     # list at the default k; an exact title's list outweighs the others together.
     "hybrid": "reciprocal rank fusion value (about 0.016 for a first place in one list); higher is better; compare "
               "only within this list",
-    "lexical": "BM25 keyword score; higher is better; compare only within this list",
+    # the passage's BM25 plus twice its whole note's (pipeline.with_note_evidence)
+    "lexical": "BM25 keyword score (the passage's plus its whole note's); higher is better; compare only within "
+               "this list",
 }
 
 DATA_NOT_INSTRUCTIONS = (
