@@ -754,20 +754,11 @@ def bench_longmemeval(questions: list[LmeQuestion], models: list[ModelRun], base
 def whole_note_bm25(notes: Mapping[str, str], query: str, limit: int) -> list[str]:
     """The plain baseline of issue 12: SQLite FTS5 BM25 over each note whole (one row a note, the index's own
     tokenizer), the query's words ORed as pureMind's keyword search does. Paths, best first."""
-    import sqlite3
-
     from puremind.retrieval.lexical import fts_match_expression
+    from puremind.store.store import bm25_scores
 
-    con = sqlite3.connect(":memory:")
-    try:
-        con.execute("CREATE VIRTUAL TABLE notes USING fts5(path UNINDEXED, body, "
-                    "tokenize='porter unicode61 remove_diacritics 2')")
-        con.executemany("INSERT INTO notes(path, body) VALUES (?, ?)", notes.items())
-        rows = con.execute("SELECT path FROM notes WHERE notes MATCH ? ORDER BY bm25(notes) LIMIT ?",
-                           (fts_match_expression(query), limit)).fetchall()
-        return [r[0] for r in rows]
-    finally:
-        con.close()
+    scores = bm25_scores(notes, fts_match_expression(query))
+    return sorted(scores, key=lambda path: -scores[path])[:limit]
 
 
 def bench_beir(data: BeirSet, models: list[ModelRun], base: Any, name: str) -> dict[str, list[dict]]:

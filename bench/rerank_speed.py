@@ -53,8 +53,14 @@ def timed(searcher, query: str, *, expect: str = "reranked"):
         raise SystemExit(f"error: {query!r} ran as {outcome.mode!r} ({outcome.notes})")
     note = next((n for n in outcome.notes if n.startswith("reranked ")), "")
     print(f"  {query!r}: {took:.2f} s  {note}", file=sys.stderr, flush=True)
-    outcome.scored = int(note.split()[1]) if note else 0  # "reranked N of M candidates ..."
+    outcome.scored = reranked_count(outcome.notes)
     return took, outcome
+
+
+def reranked_count(notes: list[str]) -> int:
+    """How many candidates a search's reranker scored, from its note "reranked N of M candidates ..." (0: none)."""
+    note = next((n for n in notes if n.startswith("reranked ")), "reranked 0")
+    return int(note.split()[1])
 
 
 _FIRST_SEARCH = """
@@ -66,8 +72,7 @@ from pathlib import Path
 settings = replace(load_settings(), db=Path(sys.argv[1]), vault=Path(sys.argv[1]).parent, rerank_chars=int(sys.argv[2]))
 outcome = make_searcher(settings).search(sys.argv[3], 10)
 took = time.perf_counter() - start
-note = next((n for n in outcome.notes if n.startswith("reranked ")), "reranked 0")
-print(json.dumps([took, int(note.split()[1]), outcome.notes, outcome.mode]))
+print(json.dumps([took, outcome.notes, outcome.mode]))
 """
 
 
@@ -81,7 +86,8 @@ def first_search(db: Path, rerank_chars: int, query: str) -> tuple[float, int, l
                           capture_output=True, text=True, env=os.environ, cwd=REPO, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"error: the first-search process failed: {done.stderr[-2000:]}")
-    took, scored, notes, mode = json.loads(done.stdout.strip().splitlines()[-1])
+    took, notes, mode = json.loads(done.stdout.strip().splitlines()[-1])
+    scored = reranked_count(notes)
     if mode != "reranked":
         raise SystemExit(f"error: the first search ran as {mode!r} ({notes})")
     print(f"  first {query!r}: {took:.2f} s  {'; '.join(notes)}", file=sys.stderr, flush=True)

@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.rerank_speed import build_int8  # noqa: E402
+from bench.rerank_speed import build_int8, reranked_count  # noqa: E402
 from bench.search_speed import QUERIES, build_index, calibrated_rerank_chars, load_pages  # noqa: E402
 
 SECTION = "search-under-index"
@@ -122,9 +122,7 @@ def measure(searchers, queries: list[str]) -> tuple[list[float], list[int]]:
         start = time.perf_counter()
         plain.search(q, 10)
         times.append(time.perf_counter() - start)
-        out = reranked.search(q, 10)
-        note = next((n for n in out.notes if n.startswith("reranked ")), "reranked 0")
-        counts.append(int(note.split()[1]))
+        counts.append(reranked_count(reranked.search(q, 10).notes))
     return times, counts
 
 

@@ -192,30 +192,19 @@ def _coerce(field: Field, value: Any, where: str) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return value.strip().lower() in ("1", "true", "yes", "on")
         raise ConfigError(f"{where} must be true or false, not {value!r}")
-    if field.kind is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where} must be a whole number, not {value!r}")
+    if field.kind in (int, float):
+        noun = "a whole number" if field.kind is int else "a number"
         if isinstance(value, str):
             try:
-                value = int(value.strip())
+                value = field.kind(value.strip())
             except ValueError:
-                raise ConfigError(f"{where} must be a whole number, not {value!r}") from None
-        if not isinstance(value, int):
-            raise ConfigError(f"{where} must be a whole number, not {value!r}")
+                raise ConfigError(f"{where} must be {noun}, not {value!r}") from None
+        accepted = (int,) if field.kind is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, accepted) or value != value:  # value != value: NaN
+            raise ConfigError(f"{where} must be {noun}, not {value!r}")
         if field.minimum is not None and value < field.minimum or field.maximum is not None and value > field.maximum:
             raise ConfigError(f"{where} must be between {field.minimum} and {field.maximum}, not {value}")
-        return value
-    if field.kind is float:
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise ConfigError(f"{where} must be a number, not {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise ConfigError(f"{where} must be a number, not {value!r}")
-        if field.minimum is not None and value < field.minimum or field.maximum is not None and value > field.maximum:
-            raise ConfigError(f"{where} must be between {field.minimum} and {field.maximum}, not {value}")
-        return float(value)
+        return field.kind(value)
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{where} must be a string, not {value!r}")
     if field.allow_empty:

@@ -107,7 +107,7 @@ def run_in_own_session(command: Sequence[str]) -> int | None:
 
     def stop(signum, frame) -> None:
         forward(signal.SIGSTOP, frame)
-        os.kill(os.getpid(), signal.SIGSTOP)  # the shell sees the job stopped; `fg` continues this process:
+        os.kill(os.getpid(), signal.SIGSTOP)  # the shell sees the job stopped; `fg` continues this process
 
     def resume(signum, frame) -> None:
         forward(signal.SIGCONT, frame)

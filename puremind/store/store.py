@@ -16,7 +16,7 @@ import sqlite3
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import numpy
 
@@ -90,6 +90,26 @@ def _vector_bytes(vector: numpy.ndarray) -> bytes:
 
 def _heading_path(stored: str) -> tuple[str, ...]:
     return tuple(json.loads(stored))
+
+
+def bm25_scores(texts: Mapping[str, str], match: str) -> dict[str, float]:
+    """BM25 of each text (name -> text) for the FTS5 MATCH expression `match`, judged among these texts only, with
+    the keyword index's tokenizer: name -> -bm25, higher is better, for the texts that match.
+
+    Raises:
+        QueryError: FTS5 rejected `match`.
+    """
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.execute(f"CREATE VIRTUAL TABLE texts USING fts5(name UNINDEXED, body, tokenize='{KEYWORD_TOKENIZER}')")
+        scratch.executemany("INSERT INTO texts(name, body) VALUES (?, ?)", texts.items())
+        try:
+            found = scratch.execute("SELECT name, -bm25(texts) FROM texts WHERE texts MATCH ?", (match,)).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise QueryError(f"the search expression cannot be used: {one_line(exc)}") from exc
+    finally:
+        scratch.close()
+    return {name: float(score) for name, score in found}
 
 
 class Store:
@@ -663,18 +683,7 @@ class Store:
             if sizes[path] < max_chars:
                 bodies[path].append(text[: max_chars - sizes[path]])
                 sizes[path] += len(text)
-        scratch = sqlite3.connect(":memory:")
-        try:
-            scratch.execute(f"CREATE VIRTUAL TABLE notes USING fts5(path UNINDEXED, body, tokenize='{KEYWORD_TOKENIZER}')")
-            scratch.executemany("INSERT INTO notes(path, body) VALUES (?, ?)",
-                                ((p, "\n\n".join(parts)) for p, parts in bodies.items()))
-            try:
-                found = scratch.execute("SELECT path, -bm25(notes) FROM notes WHERE notes MATCH ?", (match,)).fetchall()
-            except sqlite3.OperationalError as exc:
-                raise QueryError(f"the search expression cannot be used: {one_line(exc)}") from exc
-        finally:
-            scratch.close()
-        return {path: float(score) for path, score in found}
+        return bm25_scores({p: "\n\n".join(parts) for p, parts in bodies.items()}, match)
 
     @_guarded("read")
     def search_titles(self, match: str, limit: int) -> list[TitleHit]:
