@@ -46,6 +46,32 @@ def test_rrf_refuses_a_negative_k():
         reciprocal_rank_fusion([["a"]], k=-1)
 
 
+def test_rrf_gives_ids_their_own_ranks_where_a_list_has_them():
+    fused = dict(reciprocal_rank_fusion([["a", "b", "c"]], k=60, ranks=[[1, 1, 3]]))
+    assert fused == {"a": pytest.approx(1 / 61), "b": pytest.approx(1 / 61), "c": pytest.approx(1 / 63)}
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([["a"], ["b"]], ranks=[[1]])
+
+
+def test_equal_scores_share_the_best_rank_among_them():
+    from puremind.retrieval.fusion import shared_ranks
+
+    assert shared_ranks([9.0, 7.0, 7.0, 5.0, 5.0, 5.0, 1.0]) == [1, 2, 2, 4, 4, 4, 7]
+    assert shared_ranks([2.0, 2.0]) == [1, 1] and shared_ranks([]) == []
+    assert shared_ranks([3.0, 2.9999999]) == [1, 2]  # only equal scores tie
+
+
+def test_a_list_cut_inside_a_run_of_equal_scores_leaves_that_run_out():
+    from puremind.retrieval.fusion import before_cut_tie
+
+    # the list is fetched one past the limit, to see whether the cut goes through a run of equal scores
+    assert before_cut_tie([9.0, 5.0, 5.0, 5.0], limit=3) == 1  # which 5.0s made the cut is arbitrary
+    assert before_cut_tie([9.0, 5.0, 5.0, 5.0], limit=4) == 4  # not cut: every match is here
+    assert before_cut_tie([9.0, 8.0, 7.0, 7.0], limit=3) == 2
+    assert before_cut_tie([9.0, 8.0, 7.0, 6.0], limit=3) == 3  # cut between different scores
+    assert before_cut_tie([4.0, 4.0, 4.0], limit=2) == 0 and before_cut_tie([], limit=2) == 0
+
+
 def test_cjk_runs_become_characters_and_overlapping_pairs():
     assert grams("京都駅") == ["京", "都", "駅", "京都", "都駅"]
     assert cjk_terms("Trip to 京都 and 서울역!") == "京 都 京都 서 울 역 서울 울역"
@@ -324,3 +350,50 @@ def test_note_scores_judge_whole_notes_among_the_notes_asked_for(spread):
         assert store.note_scores([], fts_match_expression("kettle")) == {}
         with pytest.raises(QueryError):
             store.note_scores(["short.md"], "kettle AND")
+
+
+# -- ties in the fusion (issue 12: tldr-pages' alias pages share one sentence) -----------------------------------
+
+
+@pytest.fixture
+def boilerplate(tmp_path: Path):
+    """Eight notes that say only the same sentence, one that says it of `quux`, and one about quux alone."""
+    root = tmp_path / "boiler"
+    for i in range(8):
+        write(root, f"alias-{i}.md", "# Alias\n\nThis zorb command is an alias.\n")
+    write(root, "gquux.md", "# Alias\n\nThis zorb command is an alias of quux.\n")
+    write(root, "quux.md", "# Quux\n\nquux lists files; quux -l lists them long.\n")
+    db = tmp_path / "boiler.sqlite"
+    with Store.open(db) as store:
+        index_vault(store, root)
+    return db
+
+
+def _fused(db: Path, query: str, **params) -> list[tuple[str, float]]:
+    s = Searcher(db, Models(None, None), RetrievalParams(rerank=False, **params))
+    try:
+        return [(h.path, h.score) for h in s.search(query, 10).hits]
+    finally:
+        s.close()
+
+
+def test_passages_a_list_cannot_tell_apart_share_a_rank_in_the_fusion(boilerplate):
+    out = _fused(boilerplate, "zorb command alias")
+    assert len(out) == 9  # gquux.md matches too, with a longer passage: below the eight
+    assert len({score for path, score in out if path.startswith("alias-")}) == 1
+    assert out[-1][0] == "gquux.md" and out[-1][1] < out[0][1]
+
+
+def test_a_run_of_equal_scores_cut_by_the_candidate_limit_lifts_none_of_its_passages(boilerplate):
+    query = "zorb command alias quux"
+    out = _fused(boilerplate, query, candidates=5)
+    # The keyword list holds gquux.md, quux.md and three of the eight equal alias notes, in file order: those
+    # three are left out, so that they do not pass the other five by their order in the index alone.
+    assert [p for p, _ in out][:2] == ["gquux.md", "quux.md"]
+    assert not [p for p, _ in out if p.startswith("alias-")]
+    assert [p for p, _ in _fused(boilerplate, query, candidates=20)][:2] == ["gquux.md", "quux.md"]
+
+
+def test_only_ties_and_no_other_list_still_find_them(boilerplate):
+    out = _fused(boilerplate, "zorb", candidates=3)  # every list is one cut run of equal scores
+    assert len(out) == 3 and len({score for _, score in out}) == 1

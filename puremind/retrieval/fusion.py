@@ -9,7 +9,8 @@ K = TypeVar("K", bound=Hashable)
 
 
 def reciprocal_rank_fusion(rankings: Iterable[Sequence[K]], k: int = 60,
-                           weights: Sequence[float] | None = None) -> list[tuple[K, float]]:
+                           weights: Sequence[float] | None = None,
+                           ranks: Sequence[Sequence[int] | None] | None = None) -> list[tuple[K, float]]:
     """Fuse ranked lists: each id scores the sum of weight / (k + rank) over the lists it appears in (rank from
     1; every weight 1.0 unless `weights` gives one per list).
 
@@ -24,27 +25,55 @@ def reciprocal_rank_fusion(rankings: Iterable[Sequence[K]], k: int = 60,
     rankings = list(rankings)
     if weights is not None and len(weights) != len(rankings):
         raise ValueError("give one weight per ranking")
+    if ranks is not None and len(ranks) != len(rankings):
+        raise ValueError("give one list of ranks (or None) per ranking")
     scores: dict[K, float] = {}
     for index, ranking in enumerate(rankings):
         weight = 1.0 if weights is None else float(weights[index])
+        own = None if ranks is None else ranks[index]
         seen: set[K] = set()
-        for rank, item in enumerate(ranking, 1):
+        for position, item in enumerate(ranking, 1):
             if item in seen:
                 continue
             seen.add(item)
+            rank = position if own is None else own[position - 1]
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     order = {item: i for i, item in enumerate(scores)}
     return sorted(scores.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
 
+def shared_ranks(scores: Sequence[float]) -> list[int]:
+    """Ranks (from 1) of a list's scores, best first, where equal scores share the best rank among them
+    ("1, 2, 2, 4"): a retriever that cannot tell two passages apart does not rank one above the other."""
+    out: list[int] = []
+    for position, score in enumerate(scores, 1):
+        out.append(out[-1] if out and score == scores[position - 2] else position)
+    return out
+
+
+def before_cut_tie(scores: Sequence[float], limit: int) -> int:
+    """How many of a list's best-first `scores`, fetched one past `limit`, to keep: the first `limit`, unless
+    the cut at `limit` goes through a run of equal scores. Which passages of such a run the list would hold is
+    arbitrary (the index's own order), so the run is left out: 50 of 300 notes that share one boilerplate
+    sentence would otherwise be lifted over the other 250 by their file order alone."""
+    if len(scores) <= limit:
+        return len(scores)
+    keep = limit
+    while keep > 0 and scores[keep - 1] == scores[limit]:
+        keep -= 1
+    return keep
+
+
 @dataclass(frozen=True)
 class Ranked:
-    """One retriever's list for one query: ids best first, and its weight in the fusion."""
+    """One retriever's list for one query: ids best first, its weight in the fusion, and optionally each id's
+    rank (`shared_ranks`: ties share one); by default the position."""
 
     ids: Sequence[Hashable]
     weight: float = 1.0
+    ranks: Sequence[int] | None = None
 
 
 def fuse(lists: Sequence[Ranked], k: int = 60) -> list[tuple[Hashable, float]]:
-    """reciprocal_rank_fusion of `lists`, each with its own weight."""
-    return reciprocal_rank_fusion([r.ids for r in lists], k, [r.weight for r in lists])
+    """reciprocal_rank_fusion of `lists`, each with its own weight and ranks."""
+    return reciprocal_rank_fusion([r.ids for r in lists], k, [r.weight for r in lists], [r.ranks for r in lists])

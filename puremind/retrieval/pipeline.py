@@ -27,7 +27,7 @@ from puremind.messages import quiet as _quiet
 from puremind.langs import unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
-from puremind.retrieval.fusion import Ranked, fuse
+from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse, shared_ranks
 from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression
 from puremind.retrieval.rerank import QueryVectors, RerankRun, Reranking
 from puremind.chunker import breadcrumb
@@ -134,6 +134,17 @@ def with_note_evidence(hits: list[Hit], note_scores: dict[str, float], weight: f
     then counts, while each result stays the passage that matches best where it is."""
     scored = [dataclasses.replace(h, score=h.score + weight * note_scores.get(h.path, 0.0)) for h in hits]
     return sorted(scored, key=lambda h: -h.score)
+
+
+def _uncut(hits: list[Hit], limit: int) -> list[Hit]:
+    """A BM25 list fetched one past `limit`, cut at `limit`, without the run of equal scores that cut goes
+    through (`before_cut_tie`)."""
+    return hits[: before_cut_tie([h.score for h in hits], limit)]
+
+
+def _bm25_ranking(hits: list[Hit], weight: float) -> Ranked:
+    """A BM25 list for the fusion, in which passages of equal score share a rank."""
+    return Ranked([h.chunk_id for h in hits], weight, shared_ranks([h.score for h in hits]))
 
 
 def rerank_text(hit: Hit) -> str:
@@ -397,11 +408,24 @@ class Searcher:
         cjk = cjk_match_expression(query)
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
         with store.snapshot():
-            lists = [Ranked([h.chunk_id for h in store.search_lexical(match, cand)], p.lexical_weight)]
+            # One past the limit, to see whether the cut goes through a run of equal scores (`before_cut_tie`).
+            found = [store.search_lexical(match, cand + 1),
+                     store.search_lexical(every, cand + 1) if every is not None else [],
+                     store.search_cjk(cjk, cand + 1) if cjk is not None else []]
+            keyword, every_hits, cjk_hits = (_uncut(hits, cand) for hits in found)
+            found = [hits[:cand] for hits in found]
+            if qvec is None and not (keyword or every_hits or cjk_hits):
+                keyword, every_hits, cjk_hits = found  # only ties, and nothing else to go by: keep them
+            if p.note_weight > 0 and (keyword or every_hits):
+                # The keyword lists weigh whole notes as keyword search does (see `with_note_evidence`), each
+                # note judged among the notes of every passage found.
+                notes = store.note_scores([h.path for h in found[0] + found[1]], match)
+                keyword, every_hits = (with_note_evidence(hits, notes, p.note_weight) for hits in (keyword, every_hits))
+            lists = [_bm25_ranking(keyword, p.lexical_weight)]
             if cjk is not None:
-                lists.append(Ranked([h.chunk_id for h in store.search_cjk(cjk, cand)], p.cjk_weight))
+                lists.append(_bm25_ranking(cjk_hits, p.cjk_weight))
             if every is not None:
-                lists.append(Ranked([h.chunk_id for h in store.search_lexical(every, cand)], p.all_words_weight))
+                lists.append(_bm25_ranking(every_hits, p.all_words_weight))
             if qvec is not None:
                 self._dense.refresh(store)
                 lists.append(Ranked([cid for cid, _ in self._dense.search(qvec, cand)], p.dense_weight))
