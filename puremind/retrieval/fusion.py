@@ -12,7 +12,8 @@ def reciprocal_rank_fusion(rankings: Iterable[Sequence[K]], k: int = 60,
                            weights: Sequence[float] | None = None,
                            ranks: Sequence[Sequence[int] | None] | None = None) -> list[tuple[K, float]]:
     """Fuse ranked lists: each id scores the sum of weight / (k + rank) over the lists it appears in (rank from
-    1; every weight 1.0 unless `weights` gives one per list).
+    1; every weight 1.0 unless `weights` gives one per list; `ranks` may give a list's own ranks, one per id, where
+    ties share one, see `shared_ranks`).
 
     Returns (id, score) best first; ties keep the order in which ids were first seen (earlier lists, higher
     ranks first), so the result is deterministic. An id listed twice in one list counts at its best rank only.

@@ -80,8 +80,9 @@ class RetrievalParams:
     dense_weight: float = 1.0
     #: the list of passages that hold every word of the query (a query of two words or more)
     all_words_weight: float = 1.5
-    #: keyword-only search (`--lexical-only`): a passage's BM25 plus this times its whole note's BM25 among the
-    #: notes of the `candidates` best passages (0 = the passage's own BM25 alone); see `with_note_evidence`
+    #: keyword search (`--lexical-only`, and hybrid's keyword and all-words lists): a passage's BM25 plus this
+    #: times its whole note's BM25 among the notes of the passages found (0 = the passage's own BM25 alone); see
+    #: `with_note_evidence`
     note_weight: float = NOTE_WEIGHT
 
 
