@@ -1,5 +1,7 @@
-"""What whole-note evidence costs keyword-only search (issue 12): `--lexical-only` latency with the passages'
-own BM25 alone (note_weight 0, what it did before) and with each passage's whole note weighed in (the default).
+"""What whole-note evidence costs keyword search (issue 12): `--lexical-only` latency with the passages' own
+BM25 alone (note_weight 0, what it did before) and with each passage's whole note weighed in (the default); the
+same for hybrid search's keyword lists (hybrid mode with no embedder: the lists that whole-note evidence changes,
+the dense list aside, which it does not touch).
 
     python bench/keyword_speed.py WORKDIR TLDR_ARCHIVE [--chunks 100000] [--write-results]
 
@@ -70,17 +72,17 @@ def long_notes(pages: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-def measure(db: Path, note_weight: float) -> list[float]:
+def measure(db: Path, note_weight: float, lexical_only: bool = True) -> list[float]:
     from puremind.models.lazy import Models
     from puremind.retrieval.pipeline import RetrievalParams, Searcher
 
-    searcher = Searcher(db, Models(None, None), RetrievalParams(note_weight=note_weight))
-    searcher.search("warm the page cache", 10, lexical_only=True)
+    searcher = Searcher(db, Models(None, None), RetrievalParams(note_weight=note_weight, rerank=False))
+    searcher.search("warm the page cache", 10, lexical_only=lexical_only)
     times = []
     for _ in range(3):
         for q in QUERIES:
             start = time.perf_counter()
-            searcher.search(q, 10, lexical_only=True)
+            searcher.search(q, 10, lexical_only=lexical_only)
             times.append(time.perf_counter() - start)
     searcher.close()
     return times
@@ -103,12 +105,15 @@ def main() -> None:
         if not db.exists():
             print(f"{kind}: building {db} ...", file=sys.stderr, flush=True)
             build(db, notes, args.chunks)
-        alone, weighed = measure(db, 0.0), measure(db, NOTE_WEIGHT)
-        for label, times in (("passages alone (before)", alone), (f"with whole-note evidence (weight {NOTE_WEIGHT:g})", weighed)):
-            rows.append((kind, label, statistics.median(times), statistics.quantiles(times, n=20)[-1]))
-        rows.append((kind, "ratio", statistics.median(weighed) / statistics.median(alone), None))
+        for mode, lexical_only in (("keyword", True), ("hybrid's keyword lists", False)):
+            alone, weighed = measure(db, 0.0, lexical_only), measure(db, NOTE_WEIGHT, lexical_only)
+            for label, times in (("passages alone (before)", alone),
+                                 (f"with whole-note evidence (weight {NOTE_WEIGHT:g})", weighed)):
+                rows.append((kind, f"{mode}: {label}", statistics.median(times), statistics.quantiles(times, n=20)[-1]))
+            rows.append((kind, f"{mode}: with / without", statistics.median(weighed) / statistics.median(alone), None))
     lines = [
-        f"Keyword-only search (`--lexical-only`), {args.chunks:,} chunks of tldr-pages text cut by pureMind's chunker; "
+        f"Keyword search (`--lexical-only`), and hybrid search with no embedder (its keyword, all-words and title "
+        f"lists, RRF; no reranker), {args.chunks:,} chunks of tldr-pages text cut by pureMind's chunker; "
         f"{len(QUERIES)} queries x 3, limit 10; {os.cpu_count()} CPUs ({platform.machine()}), SQLite "
         f"{__import__('sqlite3').sqlite_version}.",
         "",
@@ -117,7 +122,7 @@ def main() -> None:
     ]
     for kind, label, med, p95 in rows:
         if p95 is None:
-            lines.append(f"| {kind} | with / without | {med:.2f}x | |")
+            lines.append(f"| {kind} | {label} | {med:.2f}x | |")
         else:
             lines.append(f"| {kind} | {label} | {med:.4f} | {p95:.4f} |")
     table = "\n".join(lines)
