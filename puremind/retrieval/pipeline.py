@@ -45,9 +45,10 @@ UNAVAILABLE_RETRY_S = 60.0
 #: The share of a query's words that a note's title (or one alias) must hold for the note to be in the title list.
 TITLE_COVERAGE = 0.75
 
-#: Keyword-only search: the weight of a passage's whole note's BM25 beside the passage's own (issue 12:
-#: LongMemEval with pureMind's chunker, Session Recall@5 0.947 -> 0.954, and at or above a plain BM25 over whole
-#: notes on every question type from 1.5 to 4; SciFact train nDCG@10 0.698 -> 0.702).
+#: Keyword search (`--lexical-only`, and hybrid's keyword and all-words lists): the weight of a passage's whole
+#: note's BM25 beside the passage's own (issue 12: keyword-only LongMemEval with pureMind's chunker, Session
+#: Recall@5 0.947 -> 0.954, and at or above a plain BM25 over whole notes on every question type from 1.5 to 4;
+#: SciFact train nDCG@10 0.698 -> 0.702; for hybrid, bench/RESULTS.md, issue-12-fusion-trials, 2026-12-06).
 NOTE_WEIGHT = 2.0
 
 
@@ -420,8 +421,8 @@ class Searcher:
             if p.note_weight > 0 and (keyword or every_hits):
                 # The keyword lists weigh whole notes as keyword search does (see `with_note_evidence`), each
                 # note judged among the notes of every passage found.
-                notes = store.note_scores([h.path for h in found[0] + found[1]], match)
-                keyword, every_hits = (with_note_evidence(hits, notes, p.note_weight) for hits in (keyword, every_hits))
+                by_note = store.note_scores([h.path for h in found[0] + found[1]], match)
+                keyword, every_hits = (with_note_evidence(hits, by_note, p.note_weight) for hits in (keyword, every_hits))
             lists = [_bm25_ranking(keyword, p.lexical_weight)]
             if cjk is not None:
                 lists.append(_bm25_ranking(cjk_hits, p.cjk_weight))
