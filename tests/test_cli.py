@@ -313,3 +313,27 @@ def test_a_bad_rerank_budget_flag_is_one_error_line_and_exit_2(capsys, indexed, 
 def test_a_rerank_budget_flag_is_taken(capsys, indexed):
     code, out, err = run(capsys, "search", "--rerank-budget", "0.5", "--lexical-only", "grinder")
     assert code == 0 and "coffee.md" in out
+
+
+@pytest.mark.parametrize("command", [("search", "grinder"), ("serve",)])
+def test_the_rerank_budget_flag_reaches_the_searcher_of_search_and_serve(capsys, indexed, monkeypatch, command):
+    import puremind.server
+    import puremind.services
+
+    built = []
+    real = puremind.services.make_searcher
+
+    def spy(*args, **kwargs):
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(puremind.services, "make_searcher", spy)
+    served = []
+    monkeypatch.setattr(puremind.server, "divert_stdout", lambda: None)  # the test's stdout stays as it is
+    monkeypatch.setattr(puremind.server, "_serve_on", lambda wire, tools: served.append(tools))
+    code, out, err = run(capsys, command[0], "--rerank-budget", "0.7", *command[1:])
+    assert code == 0, err
+    assert [s.params.rerank_budget for s in built] == [0.7]
+    assert len(served) == (command[0] == "serve")
+    for s in built:
+        s.close()

@@ -282,3 +282,26 @@ def test_the_real_all_minilm_l6_v2_works_as_the_embedder(capsys, env, tmp_path, 
     code, out, err = run(capsys, "search", "how do I undo a release in production", "--no-rerank", "--json")
     assert code == 0, err
     assert json.loads(out)["results"][0]["path"] == "projects/deploy.md"
+
+
+def test_a_reranker_is_known_in_the_score_cache_by_model_revision_precision_and_characters_read(env, monkeypatch):
+    """Two loads of one reranker share cached scores; another precision or another cut of the passages does not
+    (puremind.retrieval.rerank keys its cache by the model's fingerprint, not by the object)."""
+    from puremind.config import load_settings
+    from puremind.retrieval.rerank import model_key
+    from puremind.services import build_models
+
+    def key(overrides=None, **environ):
+        for name, value in environ.items():
+            monkeypatch.setenv(name, value)
+        try:
+            return model_key(build_models(load_settings(overrides)).reranker())
+        finally:
+            for name in environ:
+                monkeypatch.delenv(name)
+
+    int8 = key(PUREMIND_VARIANT="int8")
+    assert int8 == key(PUREMIND_VARIANT="int8")
+    assert int8.startswith(f"{DEFAULT_RERANKER}@{DEFAULT_RERANKER_REVISION}|int8|")
+    assert len({int8, key(PUREMIND_VARIANT="fp32"), key({"rerank_chars": 400}, PUREMIND_VARIANT="int8"),
+                key(PUREMIND_BACKEND="torch")}) == 4

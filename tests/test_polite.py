@@ -72,6 +72,18 @@ def test_the_index_command_lowers_its_priority(capsys, vault, puremind_home, mon
     assert calls == ["index"]
 
 
+def test_the_watch_command_lowers_its_priority_and_its_models_run_on_the_indexing_threads(vault, puremind_home,
+                                                                                         monkeypatch):
+    calls = []
+    monkeypatch.setattr(services, "needs_own_session", lambda: False)
+    monkeypatch.setattr(services, "lower_priority", lambda: calls.append("lowered") or True)
+    monkeypatch.setattr(services, "indexing_threads", lambda settings: 5)
+    monkeypatch.setenv("PUREMIND_EMBED_MODEL", "Qwen/Qwen3-Embedding-0.6B")
+    monkeypatch.setattr(services, "run_watch", lambda settings, **kw: calls.append(kw["models"].choice("embedder").threads))
+    assert cli.run(["watch", str(vault)]) == 0
+    assert calls == ["lowered", 5]  # lowered before the first run starts
+
+
 # -- a session of its own: niceness that holds across terminals under Linux autogroup scheduling ---------------
 
 _PROBE = (

@@ -250,3 +250,18 @@ def test_the_budget_is_the_querys_so_a_repeat_answers_from_the_cache_with_the_sa
     assert again.computed == 0 and again.scores == first.scores and again.seconds < 0.1
     other = reranking.run(model, "another query", texts, budget=1.0)
     assert other.computed > 0  # a new query has a budget of its own
+
+
+def test_once_the_candidates_change_a_repeated_query_has_a_budget_again():
+    """After the index changed (a note edited, a new one written), the same query's new candidates are reranked
+    within a budget of their own; what was scored before comes from the cache."""
+    clock = Clock()
+    model = TimedReranker(clock, per_pair=0.1)
+    reranking = Reranking(clock=clock)
+    texts = [f"passage {i:02d} " + "7" * (i % 5) for i in range(40)]
+    first = reranking.run(model, "query", texts, budget=1.0)
+    changed = ["a new note 999999999"] + texts[:-1]
+    again = reranking.run(model, "query", changed, budget=1.0)
+    assert 0 in again.scores and again.scores[0] == pytest.approx(0.9)  # the new passage, first in fused order
+    assert again.computed >= 1 and again.cached >= first.reranked - 1
+    assert again.seconds <= 1.0 + 1e-9

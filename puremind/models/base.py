@@ -35,6 +35,8 @@ class Reranker(Protocol):
 
     #: as Embedder.languages
     languages: tuple[str, ...]
+    # Optional: `fingerprint` (model, revision, precision, characters read), which keys the caches of scores
+    # (puremind.retrieval.rerank.model_key); a reranker without one is keyed by the object itself.
 
     def score(self, query: str, passages: Sequence[str]) -> "np.ndarray":
         ...

@@ -111,6 +111,12 @@ def fingerprint(resolved: Resolved, choice: ModelChoice) -> str:
     )
 
 
+def reranker_fingerprint(resolved: Resolved, choice: ModelChoice, precision: str) -> str:
+    """Identity of the scores a cross-encoder gives, for the caches of scores (puremind.retrieval.rerank): model,
+    revision, precision (int8 scores are not fp32 scores) and how much of each passage it reads."""
+    return f"{resolved.spec.hub_id}@{resolved.revision}|{precision}|chars={choice.max_chars}"
+
+
 def configured_fingerprint(choice: ModelChoice) -> str | None:
     """The fingerprint the chosen embedder will have, when that can be known without the disk or the network:
     a pinned manifest model (settings overrides included). None for other models."""
@@ -300,11 +306,12 @@ def _load_reranker(choice: ModelChoice, obtain: Obtain | None, progress: Progres
 
         source = source_of(resolved, progress=progress)
         return TorchReranker(source.path, resolved.spec, device=choice.device, max_chars=choice.max_chars,
-                             languages=languages, threads=choice.threads)
+                             languages=languages, threads=choice.threads,
+                             fingerprint=reranker_fingerprint(resolved, choice, "torch-fp32"))
     from puremind.models.onnx_backend import OnnxReranker
 
     providers = _providers(choice)
     variant = _variant(choice, resolved, providers)
     folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
     return OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages,
-                        threads=choice.threads)
+                        threads=choice.threads, fingerprint=reranker_fingerprint(resolved, choice, variant))

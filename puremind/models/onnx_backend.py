@@ -193,10 +193,11 @@ class OnnxReranker(_SessionOwner, BatchedReranker):
 
     def __init__(self, artefact_dir: Path, *, providers: Sequence[str], max_chars: int = 800,
                  threads: int | None = None, batch_size: int = 16, meta: Mapping[str, Any] | None = None,
-                 languages: tuple[str, ...] = ()):
+                 languages: tuple[str, ...] = (), fingerprint: str = ""):
         """Read the model description and tokenizer; the onnxruntime session waits for the first call.
 
-        `languages` are those the model reads (the spec's).
+        `languages` are those the model reads (the spec's); `fingerprint` tells its scores apart in the caches
+        of scores (`puremind.models.loader.reranker_fingerprint`; "" = this object alone).
 
         Raises:
             ModelError: the folder is not an exported reranker, or its tokenizer cannot be used.
@@ -209,6 +210,7 @@ class OnnxReranker(_SessionOwner, BatchedReranker):
         self.max_chars = max_chars
         self.batch_size = max(1, int(batch_size))
         self.languages = tuple(languages)
+        self.fingerprint = fingerprint
         self.encoder = TextEncoder(self.artefact_dir, self.meta)
         self._lazy = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
 

@@ -145,9 +145,10 @@ class TorchReranker(BatchedReranker):
     """Implements `puremind.models.base.Reranker` with transformers' AutoModelForSequenceClassification."""
 
     def __init__(self, model_dir: Path, spec: Any, *, max_chars: int = 800, threads: int | None = None,
-                 batch_size: int = 16, device: str = "auto", languages: tuple[str, ...] = ()):
+                 batch_size: int = 16, device: str = "auto", languages: tuple[str, ...] = (),
+                 fingerprint: str = ""):
         """Read the tokenizer now; the model loads on the first call, on `device` (as TorchEmbedder).
-        `languages` are those the model reads (the spec's).
+        `languages` are those the model reads (the spec's); `fingerprint` as OnnxReranker's.
 
         Raises:
             ModelError: the description is not a reranker's, or the tokenizer cannot be used.
@@ -159,6 +160,7 @@ class TorchReranker(BatchedReranker):
         self.max_chars = max_chars
         self.batch_size = max(1, int(batch_size))
         self.languages = tuple(languages)
+        self.fingerprint = fingerprint
         self.encoder = TextEncoder(self.model_dir, self.meta)
         self._lazy = _LazyModel(self.model_dir, "reranker", device, threads)
 

@@ -100,8 +100,9 @@ class Reranking:
 
     def __init__(self, *, cache_items: int = SCORE_CACHE_ITEMS, clock: Callable[[], float] = time.perf_counter):
         self.cache: BoundedCache[float] = BoundedCache(cache_items)
-        #: seconds of model time each (model, query) has had: the budget is the query's, not each search's, so
-        #: a repeated or paged query answers from the cache at once, with the same ranking
+        #: seconds of model time each (model, query, candidates) has had: the budget is the query's, not each
+        #: search's, so a repeated or paged query answers from the cache at once, with the same ranking; once the
+        #: candidates change (the index changed), the query has a budget again
         self.spent: BoundedCache[float] = BoundedCache(QUERY_CACHE_ITEMS * 10)
         self.clock = clock
         self._seconds_per_char: float | None = None
@@ -109,8 +110,9 @@ class Reranking:
     def run(self, reranker: Any, query: str, texts: Sequence[str], budget: float) -> RerankRun:
         """Scores for `texts` (the candidates in fused order), best first within `budget` seconds (0 = no
         bound: every candidate). The budget is the query's in this process: what earlier searches for the same
-        query spent on the model counts, so a repeat reuses their scores and computes nothing new. The model
-        must be loaded already: its load is not the budget's.
+        query over the same candidates spent on the model counts, so a repeat reuses their scores and computes
+        nothing new; other candidates (the index changed since) get a budget of their own, and what was scored
+        before comes from the cache. The model must be loaded already: its load is not the budget's.
 
         Raises:
             ModelError: the model cannot run.
@@ -134,7 +136,8 @@ class Reranking:
                 for i in where[j]:
                     run.scores[i] = cached
         size = max(1, int(getattr(reranker, "batch_size", 16) or 16))
-        spent_before = self.spent.get((key, query)) or 0.0
+        spent_key = (key, query, hashlib.blake2b(b"".join(text_digest(t) for t in texts), digest_size=16).digest())
+        spent_before = self.spent.get(spent_key) or 0.0
         while pending:
             if budget > 0:
                 left = budget - spent_before - (self.clock() - start)
@@ -152,7 +155,7 @@ class Reranking:
                 rate = took / chars
                 self._seconds_per_char = rate if self._seconds_per_char is None else 0.5 * (self._seconds_per_char + rate)
             run.computed += len(chosen)
-            self.spent.put((key, query), spent_before + (self.clock() - start))
+            self.spent.put(spent_key, spent_before + (self.clock() - start))
             for j, s in zip(chosen, scores):
                 value = float(s)
                 self.cache.put((key, query, text_digest(texts[j])), value)
