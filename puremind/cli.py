@@ -371,6 +371,7 @@ def inbox(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     _, box = _inbox()
+    box.tidy()  # what killed approves left, unless an approve runs now
     pending = box.pending()
     if not pending:
         typer.echo("the inbox is empty")
@@ -381,16 +382,36 @@ def inbox(ctx: typer.Context) -> None:
     typer.echo(f"{len(pending)} pending; `puremind inbox show ID`, then `approve ID` or `reject ID`")
 
 
+def _in_vault(path: Path, vault: Path | None) -> str:
+    """A note's path as the person knows it: vault-relative where it is in the vault."""
+    if vault is not None:
+        try:
+            return str(path.relative_to(vault))
+        except ValueError:
+            pass
+    return str(path)
+
+
 @inbox_app.command("show")
 @_guarded
 def inbox_show(pid: str = typer.Argument(..., metavar="ID", help="The proposal's id (from `puremind inbox`).")) -> None:
-    """Print one proposal: where it came from, then its text exactly as approve would write it."""
-    _, box = _inbox()
+    """Print one proposal as the note approve would write: pureMind's frontmatter, then the proposed text (control characters shown escaped)."""
+    settings, box = _inbox()
     p = box.get(pid)
-    typer.echo(f"id: {p.id}\ntitle: {_line(p.title, 300)}\ntags: {_line(', '.join(p.tags), 2000)}\n"
-               f"from: {_line(p.client or 'unknown', 300)}\nproposed: {p.proposed}\nreason: {_line(p.reason, 2000)}\n"
-               + "-" * 40)
-    typer.echo(_visible(p.text), nl=not p.text.endswith("\n"))
+    preview = box.preview(p.id, settings.vault, folder=settings.inbox_folder)
+    typer.echo(f"proposal {p.id}, from {_line(p.client or 'unknown', 100)}")
+    if p.reason:
+        typer.echo(f"reason: {_line(p.reason, 2000)}")
+    if preview.earlier and preview.path is not None:
+        typer.echo(f"already written to {_line(_in_vault(preview.path, settings.vault), 2000)} by an approve that was "
+                   f"interrupted; `puremind inbox approve {p.id}` finishes it")
+    elif preview.path is not None:
+        typer.echo(f"approve writes: {_line(_in_vault(preview.path, settings.vault), 2000)} "
+                   "(--to FOLDER and --name NAME choose another)")
+    else:
+        typer.echo(f"approve cannot write it as configured: {_line(preview.problem, 2000)}")
+    typer.echo("-" * 40)
+    typer.echo(_visible(preview.text), nl=not preview.text.endswith("\n"))
 
 
 @inbox_app.command("approve")
@@ -399,7 +420,7 @@ def inbox_approve(
     ids: Optional[list[str]] = typer.Argument(None, metavar="ID...", help="The proposals to approve."),
     every: bool = typer.Option(False, "--all", help="Approve every pending proposal."),
     to: Optional[str] = typer.Option(None, "--to", metavar="FOLDER", help="The vault folder to write into (default [inbox] folder)."),
-    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="The note's file name (default: from its title)."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="The note's file name (default: from its title; made safe the same way)."),
 ) -> None:
     """Write proposals into the vault as new notes (never over an existing file), then drop them from the inbox."""
     from puremind.inbox import InboxError
@@ -410,8 +431,13 @@ def inbox_approve(
         raise InboxError("--name names one note: approve one proposal with it")
     vault = settings.require_vault()
     for pid in chosen:
-        path = box.approve(pid, vault, folder=to if to is not None else settings.inbox_folder, name=name)
-        typer.echo(f"approved {pid}: {path.relative_to(vault)}")
+        done = box.approve_note(pid, vault, folder=to if to is not None else settings.inbox_folder, name=name)
+        where = _in_vault(done.path, vault)
+        if done.earlier:
+            typer.echo(f"approved {pid}: {where} (already written by an approve that was interrupted; "
+                       "that note is kept and no other is written)")
+        else:
+            typer.echo(f"approved {pid}: {where}")
     typer.echo("next: `puremind index` (a running `puremind watch` indexes it at once)")
 
 
@@ -422,10 +448,13 @@ def inbox_reject(
     every: bool = typer.Option(False, "--all", help="Reject every pending proposal."),
 ) -> None:
     """Drop proposals from the inbox; the vault is not touched."""
-    _, box = _inbox()
+    settings, box = _inbox()
     for pid in _ids(box, ids or [], every, "reject"):
-        box.reject(pid)
+        done = box.reject_note(pid)
         typer.echo(f"rejected {pid}")
+        if done.note is not None:
+            _notice(f"warning: an approve of {pid} that was interrupted had already written "
+                    f"{_in_vault(done.note, settings.vault)}; that note is kept: delete it if you do not want it")
 
 
 @inbox_app.command("edit")
@@ -443,10 +472,12 @@ def inbox_edit(pid: str = typer.Argument(..., metavar="ID", help="The proposal's
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     with tempfile.TemporaryDirectory(prefix="puremind-edit-") as tmp:
         path = Path(tmp) / f"{p.id}.md"
-        path.write_text(p.text, encoding="utf-8")
+        with open(path, "w", encoding="utf-8", newline="") as fh:  # line endings as they are, both ways
+            fh.write(p.text)
         if subprocess.run([*shlex.split(editor), str(path)]).returncode != 0:
             raise InboxError(f"the editor ({editor}) failed; the proposal is unchanged")
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="") as fh:
+            text = fh.read()
     if text == p.text:
         typer.echo(f"{p.id}: unchanged")
         return

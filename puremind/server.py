@@ -90,7 +90,9 @@ class ProposeArgs(_Args):
     title: str = Field(min_length=1, max_length=10_000, description="The note's title (at most 200 characters "
                        "are taken); it never chooses the file name's folder.")
     text: str = Field(min_length=1, max_length=100_000, description="The note's Markdown text, at most 100,000 "
-                      "characters, stored exactly as given.")
+                      "characters, stored as given. On approval pureMind's frontmatter (title, tags, source, "
+                      "inbox_id, proposed_by, proposed, approved) comes first; of the text's own frontmatter only "
+                      "plain `key: value` entries that do not name those keys are kept.")
     tags: list[str] = Field(default_factory=list, max_length=20, description="Up to 20 tags.")
     reason: str = Field("", max_length=1_000, description="Why the note is worth keeping, for the user.")
 

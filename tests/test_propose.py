@@ -3,15 +3,21 @@ writes to pureMind's inbox, never the vault."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from pathlib import Path
+from typing import Any, AsyncIterator
 
 import anyio
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.types import Implementation
 
 from conftest import write
-from puremind.inbox import Inbox
-from test_server import SERVE, _index, connected, run, text_of
+from puremind.inbox import MAX_PENDING, Inbox, Proposal, _id_of, render_proposal
+from test_server import CALL_TIMEOUT, REPO, SERVE, _index, connected, run, text_of
 
 
 @pytest.fixture
@@ -95,3 +101,73 @@ def test_two_servers_proposing_at_once_lose_nothing(served, tmp_path):
 
     run(scenario)
     assert {p.title for p in Inbox(home).pending()} == {f"server {n} note {i}" for n in (1, 2) for i in range(10)}
+
+
+@contextlib.asynccontextmanager
+async def connected_as(env: dict[str, str], errlog: Path, client: Implementation, args: list[str]) -> AsyncIterator[Any]:
+    """test_server.connected, with the client introducing itself as `client` in `initialize`."""
+    params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
+    with errlog.open("w") as err:
+        async with stdio_client(params, errlog=err) as (read, write_stream):
+            async with ClientSession(read, write_stream, read_timeout_seconds=CALL_TIMEOUT, client_info=client) as session:
+                await session.initialize()
+                yield session
+
+
+def test_the_clients_name_and_version_are_recorded_and_a_pending_proposal_is_not_recent(served, tmp_path):
+    vault, home, env = served
+    agent = Implementation(name="test-agent", version="9.8.7")
+
+    async def scenario() -> None:
+        async with connected_as(env, tmp_path / "err.log", agent, [*SERVE, "--no-rerank", "--proposals"]) as session:
+            done = await session.call_tool("puremind_propose", {"title": "Zebrafinch feeder",
+                                                                "text": "Fill the zebrafinch feeder on Mondays."})
+            assert not done.is_error, text_of(done)
+            recent = await session.call_tool("puremind_recent", {"days": 1})
+            assert not recent.is_error and "coffee.md" in text_of(recent)  # the vault's note, just indexed
+            assert "ebrafinch" not in text_of(recent) and "inbox" not in text_of(recent)
+            found = await session.call_tool("puremind_search", {"query": "zebrafinch feeder"})
+            assert text_of(found).startswith("nothing found")  # the query, echoed, is all it holds
+
+    run(scenario)
+    (proposal,) = Inbox(home).pending()
+    assert proposal.client == "test-agent 9.8.7"
+
+
+def test_a_full_inbox_is_a_clear_tool_error_through_the_client(served, tmp_path):
+    vault, home, env = served
+    inbox = Inbox(home)
+    inbox._ensure()
+    start = (time.time_ns() // 1000) - 10_000_000
+    for i in range(MAX_PENDING):  # a full inbox, written as propose writes it (without taking seconds)
+        pid = _id_of(start + i)
+        (inbox.dir / f"{pid}.md").write_text(render_proposal(Proposal(pid, f"waiting {i}", f"text {i}", (), "",
+                                                                      "agent", "2026-01-01T00:00:00Z", f"{i:064x}")),
+                                              encoding="utf-8")
+    assert len(inbox.pending()) == MAX_PENDING
+    before = vault_state(vault)
+
+    async def scenario() -> None:
+        async with connected(env, tmp_path / "err.log", args=[*SERVE, "--no-rerank", "--proposals"]) as session:
+            full = await session.call_tool("puremind_propose", {"title": "One more", "text": "not stored"})
+            assert full.is_error
+            assert text_of(full).startswith("error: the inbox is full") and "puremind inbox" in text_of(full)
+
+    run(scenario)
+    assert len(inbox.pending()) == MAX_PENDING and "One more" not in {p.title for p in inbox.pending()}
+    assert vault_state(vault) == before
+
+
+def test_the_config_file_turns_proposals_on(served, tmp_path):
+    vault, home, env = served
+    (home / "config.toml").write_text("[server]\nproposals = true\n", encoding="utf-8")
+
+    async def scenario() -> None:
+        async with connected(env, tmp_path / "err.log") as session:  # `serve --no-rerank`: no --proposals
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert names == {"puremind_search", "puremind_get", "puremind_recent", "puremind_propose"}
+            done = await session.call_tool("puremind_propose", {"title": "From the config", "text": "on"})
+            assert not done.is_error, text_of(done)
+
+    run(scenario)
+    assert [p.title for p in Inbox(home).pending()] == ["From the config"]
