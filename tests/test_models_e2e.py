@@ -284,6 +284,25 @@ def test_the_real_all_minilm_l6_v2_works_as_the_embedder(capsys, env, tmp_path, 
     assert json.loads(out)["results"][0]["path"] == "projects/deploy.md"
 
 
+def test_an_int8_reranker_scores_a_pair_the_same_whatever_it_is_batched_with(env, monkeypatch):
+    """int8 is dynamic quantisation: a matmul's input is quantised with one scale for its whole batch, so in a
+    batch a pair's score would move with its batch mates, and a budget (which scores best-first in batches sized
+    by time) would not give exactly the scores of no budget. The loaded int8 reranker scores one pair per call:
+    the same scores in one call, one per call, or a probe of 4 then the rest."""
+    from puremind.config import load_settings
+    from puremind.services import build_models
+
+    monkeypatch.setenv("PUREMIND_VARIANT", "int8")
+    reranker = build_models(load_settings()).reranker()
+    query = "how do I roll back a deploy"
+    texts = [f"note {i}: " + " ".join(["deploy", "rollback", "espresso", "grinder", "kettle", "tag"][(i + j) % 6]
+                                      for j in range(3 + 2 * i)) for i in range(20)]
+    together = [float(s) for s in reranker.score(query, texts)]
+    alone = [float(reranker.score(query, [t])[0]) for t in texts]
+    probe = [float(s) for s in reranker.score(query, texts[:4])] + [float(s) for s in reranker.score(query, texts[4:])]
+    assert together == alone == probe
+
+
 def test_a_reranker_is_known_in_the_score_cache_by_model_revision_precision_and_characters_read(env, monkeypatch):
     """Two loads of one reranker share cached scores; another precision or another cut of the passages does not
     (puremind.retrieval.rerank keys its cache by the model's fingerprint, not by the object)."""

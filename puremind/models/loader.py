@@ -314,4 +314,19 @@ def _load_reranker(choice: ModelChoice, obtain: Obtain | None, progress: Progres
     variant = _variant(choice, resolved, providers)
     folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
     return OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages,
-                        threads=choice.threads, fingerprint=reranker_fingerprint(resolved, choice, variant))
+                        threads=choice.threads, fingerprint=reranker_fingerprint(resolved, choice, variant),
+                        batch_size=rerank_batch_size(variant))
+
+
+#: Pairs per call of an ONNX cross-encoder, by variant. int8 is dynamic quantisation: each weight matmul quantises
+#: its input with one scale for the whole batch, so in a batch a pair's score moves with its batch mates (up to
+#: 0.009 on the tiny stand-in), and a budget, which scores best first in batches sized by time, would not give
+#: exactly the scores of no budget, nor a cached score the one a new batch would give. One pair per call makes
+#: an int8 score a function of its (query, passage) alone, and costs nothing measurable here: the full-size int8
+#: stand-in scored 50 pairs of ~200 tokens in 17.05 s one by one against 17.71 s in batches of 16
+#: (bench/RESULTS.md, rerank-batching). Float variants batch: their scores do not depend on their batch mates.
+RERANK_BATCH = {"int8": 1}
+
+
+def rerank_batch_size(variant: str) -> int:
+    return RERANK_BATCH.get(variant, 16)
