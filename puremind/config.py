@@ -23,6 +23,8 @@ POOLINGS = ("auto", "last_token", "mean", "cls")
 #: within about 2.6 s on a 2-core CPU with the int8 bge-reranker-v2-m3, under the 3 s that some MCP clients wait
 #: (3.0 made it 3.07 s); about 17 of the 50 candidates there, all 50 on a GPU (bench/RESULTS.md, rerank-budget).
 DEFAULT_RERANK_BUDGET = 2.5
+#: how deep into each retriever's list the fusion reads first (puremind.retrieval.fusion.fuse_at_depth)
+DEFAULT_FUSION_DEPTH = 15
 #: `[models] embedder = "none"` turns semantic search off: keyword search only, no model is loaded.
 NO_EMBEDDER = "none"
 
@@ -58,6 +60,7 @@ FIELDS: tuple[Field, ...] = (
     Field("threads", "models", "threads", "PUREMIND_THREADS", int, 0, 1024),
     Field("candidates", "retrieval", "candidates", None, int, 1, 1000),
     Field("rrf_k", "retrieval", "rrf_k", None, int, 1, 100000),
+    Field("fusion_depth", "retrieval", "fusion_depth", None, int, 0, 1000),
     Field("rerank", "retrieval", "rerank", None, bool),
     Field("rerank_chars", "retrieval", "rerank_chars", None, int, 50, 100000),
     Field("rerank_candidates", "retrieval", "rerank_candidates", None, int, 1, 1000),
@@ -90,6 +93,8 @@ class Settings:
     threads: int = 0
     candidates: int = 50
     rrf_k: int = 60
+    #: the fusion reads each list's top `fusion_depth` first, then orders the rest by the whole lists (0: whole lists)
+    fusion_depth: int = DEFAULT_FUSION_DEPTH
     rerank: bool = True
     rerank_chars: int = 800
     rerank_candidates: int = 50

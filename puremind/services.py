@@ -186,7 +186,7 @@ def lower_priority() -> bool:
 
 def retrieval_params(settings: Settings, *, rerank: bool | None = None) -> RetrievalParams:
     """The settings of a search, as the retrieval layer takes them; `rerank` overrides the configured one."""
-    return RetrievalParams(candidates=settings.candidates, rrf_k=settings.rrf_k,
+    return RetrievalParams(candidates=settings.candidates, rrf_k=settings.rrf_k, fusion_depth=settings.fusion_depth,
                            rerank=settings.rerank if rerank is None else rerank, rerank_chars=settings.rerank_chars,
                            rerank_candidates=settings.rerank_candidates, rerank_budget=settings.rerank_budget)
 

@@ -72,6 +72,39 @@ def test_a_list_cut_inside_a_run_of_equal_scores_leaves_that_run_out():
     assert before_cut_tie([4.0, 4.0, 4.0], limit=2) == 0 and before_cut_tie([], limit=2) == 0
 
 
+def test_fusion_at_a_depth_reads_each_list_only_that_deep_then_orders_the_rest_by_the_whole_lists():
+    from puremind.retrieval.fusion import Ranked, fuse, fuse_at_depth
+
+    # "x" is 4th in three lists; "a" is 1st in one. Whole-list RRF puts x first; at depth 3 it has no say there.
+    lists = [Ranked(["a", "b", "c", "x", "d"]), Ranked(["e", "f", "g", "x"]), Ranked(["h", "i", "j", "x"])]
+    assert fuse(lists, 60)[0][0] == "x"
+    deep = fuse_at_depth(lists, 60, 3)
+    order = [item for item, _ in deep]
+    assert set(order[:9]) == set("abcefghij") and order[9:] == ["x", "d"]  # the rest: in whole-list order
+    assert order[:3] == ["a", "e", "h"]  # ties among firsts keep the lists' order
+    scores = [score for _, score in deep]
+    assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+    assert fuse_at_depth(lists, 60, 0) == fuse(lists, 60)  # 0: the whole lists
+    assert fuse_at_depth(lists, 60, 5) == fuse(lists, 60)  # every list within the depth
+
+
+def test_the_fusion_depth_is_configured_and_reaches_the_searcher(monkeypatch, tmp_path):
+    import dataclasses
+
+    from puremind.config import Settings, load_settings
+    from puremind.errors import ConfigError
+    from puremind.retrieval.pipeline import RetrievalParams
+    from puremind.services import retrieval_params
+
+    assert RetrievalParams().fusion_depth == next(f.default for f in dataclasses.fields(Settings) if f.name == "fusion_depth") == 15
+    (tmp_path / "config.toml").write_text("[retrieval]\nfusion_depth = 0\n", encoding="utf-8")
+    monkeypatch.setenv("PUREMIND_HOME", str(tmp_path))
+    assert retrieval_params(load_settings()).fusion_depth == 0
+    (tmp_path / "config.toml").write_text("[retrieval]\nfusion_depth = -1\n", encoding="utf-8")
+    with pytest.raises(ConfigError):
+        load_settings()
+
+
 def test_cjk_runs_become_characters_and_overlapping_pairs():
     assert grams("京都駅") == ["京", "都", "駅", "京都", "都駅"]
     assert cjk_terms("Trip to 京都 and 서울역!") == "京 都 京都 서 울 역 서울 울역"

@@ -78,3 +78,26 @@ class Ranked:
 def fuse(lists: Sequence[Ranked], k: int = 60) -> list[tuple[Hashable, float]]:
     """reciprocal_rank_fusion of `lists`, each with its own weight and ranks."""
     return reciprocal_rank_fusion([r.ids for r in lists], k, [r.weight for r in lists], [r.ranks for r in lists])
+
+
+#: how much of a candidate's whole-list RRF breaks ties among equal depth-limited ones (far below any RRF step)
+DEPTH_TIE_BREAK = 1e-6
+
+
+def fuse_at_depth(lists: Sequence[Ranked], k: int = 60, depth: int = 0) -> list[tuple[Hashable, float]]:
+    """RRF of each list's top `depth` (0 = whole lists): what a list ranks below its first `depth` adds nothing to
+    a candidate that some list ranks within them. The candidates no list ranks that high follow, in the RRF of the
+    whole lists (each list still offers every candidate it holds). A score is the depth-limited RRF plus a
+    millionth of the whole-list RRF (a tie-break only), so scores fall along the order.
+
+    Measured (bench/RESULTS.md, issue-12-fusion-trials): with k=60, a passage ranked 30th in three lists outscored
+    one ranked 1st in a single list; evidence that deep is weak for a note finder."""
+    whole = fuse(lists, k)
+    if depth <= 0 or all(len(r.ids) <= depth for r in lists):
+        return whole
+    head = dict(fuse([Ranked(r.ids[:depth], r.weight, r.ranks[:depth] if r.ranks is not None else None)
+                      for r in lists], k))
+    scored = [(item, head.get(item, 0.0) + DEPTH_TIE_BREAK * score) for item, score in whole]
+    order = {item: i for i, (item, _) in enumerate(whole)}
+    return sorted(scored, key=lambda kv: (-kv[1], order[kv[0]]))
+

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from puremind.cjk import cjk_match_expression
-from puremind.config import DEFAULT_RERANK_BUDGET
+from puremind.config import DEFAULT_FUSION_DEPTH, DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
 from puremind.messages import quiet as _quiet
 from puremind.langs import unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
-from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse, shared_ranks
+from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse_at_depth, shared_ranks
 from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression
 from puremind.retrieval.rerank import QueryVectors, RerankRun, Reranking
 from puremind.chunker import breadcrumb
@@ -85,6 +85,9 @@ class RetrievalParams:
     #: times its whole note's BM25 among the notes of the passages found (0 = the passage's own BM25 alone); see
     #: `with_note_evidence`
     note_weight: float = NOTE_WEIGHT
+    #: how deep into each list the fusion reads first (0 = the whole lists): the fused order is the RRF of each
+    #: list's top `fusion_depth`, then the rest in the RRF of the whole lists (`fuse_at_depth`)
+    fusion_depth: int = DEFAULT_FUSION_DEPTH
 
 
 @dataclass
@@ -436,7 +439,7 @@ class Searcher:
                 # An exact title outweighs every other list together (the title list too): that note comes first.
                 exact_weight = sum(r.weight for r in lists) + p.title_weight + 1.0
                 lists += [Ranked(ids, w) for ids, w in ((titled, p.title_weight), (exact, exact_weight)) if ids]
-            fused = fuse(lists, p.rrf_k)[:cand]
+            fused = fuse_at_depth(lists, p.rrf_k, p.fusion_depth)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
         return hits, dict(fused)
 
