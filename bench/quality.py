@@ -963,8 +963,10 @@ def comparison(report: dict[str, Any]) -> str:
     else:
         cols += [("+ reranker", "")]
     rows = []
+    # The baselines are test-split figures: a run on another split (train claims, the dev split) is not set beside them.
+    other_split = {"beir": report.get("scifact_split", "test") != "test", "ml": report.get("ml_split", "test") != "test"}
     for label, metric_name, key, section, metric, fn, group in rows_spec:
-        if not sections.get(section):
+        if not sections.get(section) or other_split.get(section):
             continue
         ours = [get(section, run, metric, fn, group) for _, run in cols]
         best = max(BASELINE[key])

@@ -367,6 +367,8 @@ def test_beir_keyword_only_and_the_report_renders(tmp_path, base):
     text = q.render(report)
     assert "| keyword (BM25) | 1 | 1.000 | 1.000 | 1.000 |" in text
     assert "| SciFact test | nDCG@10 | 0.687 | 0.645 | 0.718 | 1.000 |" in text
+    # a run on the train claims is not set beside the test split's baselines
+    assert "SciFact test" not in q.comparison({**report, "scifact_split": "train"})
 
 
 def test_lme_variants_option(tmp_path):
