@@ -100,4 +100,3 @@ def fuse_at_depth(lists: Sequence[Ranked], k: int = 60, depth: int = 0) -> list[
     scored = [(item, head.get(item, 0.0) + DEPTH_TIE_BREAK * score) for item, score in whole]
     order = {item: i for i, (item, _) in enumerate(whole)}
     return sorted(scored, key=lambda kv: (-kv[1], order[kv[0]]))
-
