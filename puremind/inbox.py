@@ -184,14 +184,22 @@ class Inbox:
         os.chmod(self.dir, 0o700)
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, wait: bool = True) -> Iterator[bool]:
+        """The inbox's exclusive lock, held for the block. With wait=False it is not waited for: the block gets
+        False when another process holds it (and True when this one does)."""
         self._ensure()
         fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
     def _write(self, path: Path, content: str) -> None:
@@ -369,20 +377,11 @@ class Inbox:
         if not self.dir.is_dir():
             return
         try:
-            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            with self._locked(wait=False) as held:
+                if held:  # else an approve is running: its temporary file is not stale
+                    self._tidy()
         except OSError:
             return
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                return  # an approve is running: its temporary file is not stale
-            try:
-                self._tidy()
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
 
     # -- what a killed approve left ------------------------------------------------------------------------------
 

@@ -126,9 +126,10 @@ class Reranking:
             j = first_of.setdefault(text, i)
             where.setdefault(j, []).append(i)
         run.repeated = len(texts) - len(where)
+        digests = [text_digest(t) for t in texts]
         pending: list[int] = []
         for j in where:  # in fused order
-            cached = self.cache.get((key, query, text_digest(texts[j])))
+            cached = self.cache.get((key, query, digests[j]))
             if cached is None:
                 pending.append(j)
             else:
@@ -136,7 +137,7 @@ class Reranking:
                 for i in where[j]:
                     run.scores[i] = cached
         size = max(1, int(getattr(reranker, "batch_size", 16) or 16))
-        spent_key = (key, query, hashlib.blake2b(b"".join(text_digest(t) for t in texts), digest_size=16).digest())
+        spent_key = (key, query, hashlib.blake2b(b"".join(digests), digest_size=16).digest())
         spent_before = self.spent.get(spent_key) or 0.0
         while pending:
             if budget > 0:
@@ -158,7 +159,7 @@ class Reranking:
             self.spent.put(spent_key, spent_before + (self.clock() - start))
             for j, s in zip(chosen, scores):
                 value = float(s)
-                self.cache.put((key, query, text_digest(texts[j])), value)
+                self.cache.put((key, query, digests[j]), value)
                 for i in where[j]:
                     run.scores[i] = value
         run.seconds = self.clock() - start
