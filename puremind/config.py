@@ -23,8 +23,9 @@ POOLINGS = ("auto", "last_token", "mean", "cls")
 #: within about 2.6 s on a 2-core CPU with the int8 bge-reranker-v2-m3, under the 3 s that some MCP clients wait
 #: (3.0 made it 3.07 s); about 17 of the 50 candidates there, all 50 on a GPU (bench/RESULTS.md, rerank-budget).
 DEFAULT_RERANK_BUDGET = 2.5
-#: how deep into each retriever's list the fusion reads first (puremind.retrieval.fusion.fuse_at_depth)
-DEFAULT_FUSION_DEPTH = 15
+#: how deep into each retriever's list the fusion reads first, in distinct notes (puremind.retrieval.fusion.
+#: fuse_at_depth; bench/RESULTS.md, issue-12-fusion-trials)
+DEFAULT_FUSION_DEPTH = 7
 #: `[models] embedder = "none"` turns semantic search off: keyword search only, no model is loaded.
 NO_EMBEDDER = "none"
 
@@ -93,7 +94,8 @@ class Settings:
     threads: int = 0
     candidates: int = 50
     rrf_k: int = 60
-    #: the fusion reads each list's top `fusion_depth` first, then orders the rest by the whole lists (0: whole lists)
+    #: the fusion reads each list down to its `fusion_depth`-th distinct note first, then orders the rest by the
+    #: whole lists (0: whole lists)
     fusion_depth: int = DEFAULT_FUSION_DEPTH
     rerank: bool = True
     rerank_chars: int = 800

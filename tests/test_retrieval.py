@@ -88,6 +88,53 @@ def test_fusion_at_a_depth_reads_each_list_only_that_deep_then_orders_the_rest_b
     assert fuse_at_depth(lists, 60, 5) == fuse(lists, 60)  # every list within the depth
 
 
+def test_a_fusion_depth_in_notes_reads_each_list_down_to_its_nth_distinct_note():
+    from puremind.retrieval.fusion import Ranked, fuse_at_depth, head_by_group
+
+    note = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "c1": "C"}
+    assert head_by_group(["a1", "a2", "a3", "b1", "c1"], 2, note) == 4  # A's three passages, then B
+    assert head_by_group(["a1", "x", "y"], 2, note) == 2  # an id of no known note counts as a note of its own
+    assert head_by_group(["a1", "a2"], 5, note) == 2 and head_by_group([], 1, note) == 0
+    # Depth 2 in passages: b1 (3rd in the first list) has no say, and c1, 1st in the other, leads alone.
+    lists = [Ranked(["a1", "a2", "b1"]), Ranked(["c1", "b1"])]
+    assert [i for i, _ in fuse_at_depth(lists, 60, 2)][:2] == ["a1", "c1"]
+    # Depth 2 in notes: the first list reads A and B, so b1 (in both lists) comes first.
+    assert [i for i, _ in fuse_at_depth(lists, 60, 2, note)][0] == "b1"
+    # Ties are read all or none: depth 1 reaches every passage that shares the first rank.
+    tied = [Ranked(["a1", "b1", "c1"], ranks=[1, 1, 3]), Ranked(["c1"])]
+    out = fuse_at_depth(tied, 60, 1)
+    assert [i for i, _ in out] == ["c1", "a1", "b1"] and out[1][1] == out[2][1] > 0.01  # b1 is not cut off
+
+
+def test_the_searcher_counts_the_fusion_depth_in_notes(monkeypatch, tmp_path, vault, fake_embedder):
+    from puremind.retrieval import pipeline
+
+    write(vault, "long.md", "# Long\n\n" + "\n\n".join(f"## Part {i}\n\nrsync {_filler(300, f'p{i}w')}" for i in range(4)))
+    write(vault, "short.md", "# Short\n\nrsync once.\n")
+    db = tmp_path / "depth.sqlite"
+    with Store.open(db) as store:
+        index_vault(store, vault, embedder=fake_embedder)
+    seen: list = []
+    real = pipeline.fuse_at_depth
+
+    def spy(lists, k, depth, group=None):
+        seen.append((depth, [list(r.ids) for r in lists], dict(group or {})))
+        return real(lists, k, depth, group)
+
+    monkeypatch.setattr(pipeline, "fuse_at_depth", spy)
+    s = Searcher(db, Models.given(fake_embedder), RetrievalParams(rerank=False, fusion_depth=1))
+    try:
+        hits = s.search("rsync", 10).hits
+    finally:
+        s.close()
+    (depth, lists, group), = seen
+    assert depth == 1 and group  # every passage of every list is mapped to its note
+    assert all(cid in group for ids in lists for cid in ids)
+    notes = {path: {group[h.chunk_id] for h in hits if h.path == path} for path in ("long.md", "short.md")}
+    assert len([h for h in hits if h.path == "long.md"]) > 1  # a note of several passages: one note in the map
+    assert len(notes["long.md"]) == 1 and len(notes["short.md"]) == 1 and notes["long.md"] != notes["short.md"]
+
+
 def test_the_fusion_depth_is_configured_and_reaches_the_searcher(monkeypatch, tmp_path):
     import dataclasses
 
@@ -96,7 +143,7 @@ def test_the_fusion_depth_is_configured_and_reaches_the_searcher(monkeypatch, tm
     from puremind.retrieval.pipeline import RetrievalParams
     from puremind.services import retrieval_params
 
-    assert RetrievalParams().fusion_depth == next(f.default for f in dataclasses.fields(Settings) if f.name == "fusion_depth") == 15
+    assert RetrievalParams().fusion_depth == next(f.default for f in dataclasses.fields(Settings) if f.name == "fusion_depth") == 7
     (tmp_path / "config.toml").write_text("[retrieval]\nfusion_depth = 0\n", encoding="utf-8")
     monkeypatch.setenv("PUREMIND_HOME", str(tmp_path))
     assert retrieval_params(load_settings()).fusion_depth == 0

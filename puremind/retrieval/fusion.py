@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence, TypeVar
+from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -84,19 +84,50 @@ def fuse(lists: Sequence[Ranked], k: int = 60) -> list[tuple[Hashable, float]]:
 DEPTH_TIE_BREAK = 1e-6
 
 
-def fuse_at_depth(lists: Sequence[Ranked], k: int = 60, depth: int = 0) -> list[tuple[Hashable, float]]:
+def head_by_group(ids: Sequence[Hashable], depth: int, group: Mapping[Hashable, Hashable]) -> int:
+    """How many of `ids` (best first) come before the first id of the (depth + 1)-th distinct group (an id with
+    no group is a group of its own)."""
+    seen: set[Hashable] = set()
+    for position, item in enumerate(ids):
+        key = group.get(item, ("id", item))
+        if key not in seen:
+            if len(seen) == depth:
+                return position
+            seen.add(key)
+    return len(ids)
+
+
+def _with_ties(ranked: Ranked, cut: int) -> int:
+    """`cut`, moved past the passages that share the rank of the last one before it (ties are all in or all out)."""
+    if ranked.ranks is None or cut <= 0:
+        return cut
+    while cut < len(ranked.ids) and ranked.ranks[cut] == ranked.ranks[cut - 1]:
+        cut += 1
+    return cut
+
+
+def fuse_at_depth(lists: Sequence[Ranked], k: int = 60, depth: int = 0,
+                  group: Mapping[Hashable, Hashable] | None = None) -> list[tuple[Hashable, float]]:
     """RRF of each list's top `depth` (0 = whole lists): what a list ranks below its first `depth` adds nothing to
     a candidate that some list ranks within them. The candidates no list ranks that high follow, in the RRF of the
     whole lists (each list still offers every candidate it holds). A score is the depth-limited RRF plus a
     millionth of the whole-list RRF (a tie-break only), so scores fall along the order.
 
+    With `group` (id -> its note), the depth counts distinct notes, not ids: each list is read down to the last
+    of its passages before the first passage of its (depth + 1)-th note (`head_by_group`). Passages that share a
+    rank (`Ranked.ranks`) are read all or none: a cut never goes through a run of ties.
+
     Measured (bench/RESULTS.md, issue-12-fusion-trials): with k=60, a passage ranked 30th in three lists outscored
-    one ranked 1st in a single list; evidence that deep is weak for a note finder."""
+    one ranked 1st in a single list; evidence that deep is weak for a note finder. Counted in passages, a note cut
+    into many passages filled a list's top on its own and left the other notes of a question no say."""
     whole = fuse(lists, k)
-    if depth <= 0 or all(len(r.ids) <= depth for r in lists):
+    if depth <= 0:
         return whole
-    head = dict(fuse([Ranked(r.ids[:depth], r.weight, r.ranks[:depth] if r.ranks is not None else None)
-                      for r in lists], k))
+    cuts = [_with_ties(r, depth if group is None else head_by_group(r.ids, depth, group)) for r in lists]
+    if all(len(r.ids) <= cut for r, cut in zip(lists, cuts)):
+        return whole
+    head = dict(fuse([Ranked(r.ids[:cut], r.weight, r.ranks[:cut] if r.ranks is not None else None)
+                      for r, cut in zip(lists, cuts)], k))
     scored = [(item, head.get(item, 0.0) + DEPTH_TIE_BREAK * score) for item, score in whole]
     order = {item: i for i, (item, _) in enumerate(whole)}
     return sorted(scored, key=lambda kv: (-kv[1], order[kv[0]]))

@@ -85,8 +85,9 @@ class RetrievalParams:
     #: times its whole note's BM25 among the notes of the passages found (0 = the passage's own BM25 alone); see
     #: `with_note_evidence`
     note_weight: float = NOTE_WEIGHT
-    #: how deep into each list the fusion reads first (0 = the whole lists): the fused order is the RRF of each
-    #: list's top `fusion_depth`, then the rest in the RRF of the whole lists (`fuse_at_depth`)
+    #: how deep into each list the fusion reads first, in distinct notes (0 = the whole lists): the fused order is
+    #: the RRF of each list's passages down to its `fusion_depth`-th note, then the rest in the RRF of the whole
+    #: lists (`fuse_at_depth`)
     fusion_depth: int = DEFAULT_FUSION_DEPTH
 
 
@@ -434,19 +435,22 @@ class Searcher:
             if qvec is not None:
                 self._dense.refresh(store)
                 lists.append(Ranked([cid for cid, _ in self._dense.search(qvec, cand)], p.dense_weight))
+            # Each passage's note: the fusion's depth counts notes, and the title lists show a note by a passage.
+            note_of = store.chunk_files(list(dict.fromkeys(cid for r in lists for cid in r.ids)))
             if p.titles:
-                titled, exact = self._title_rankings(store, match, query, [list(r.ids) for r in lists])
+                titled, exact = self._title_rankings(store, match, query, [list(r.ids) for r in lists], note_of)
                 # An exact title outweighs every other list together (the title list too): that note comes first.
                 exact_weight = sum(r.weight for r in lists) + p.title_weight + 1.0
                 lists += [Ranked(ids, w) for ids, w in ((titled, p.title_weight), (exact, exact_weight)) if ids]
-            fused = fuse_at_depth(lists, p.rrf_k, p.fusion_depth)[:cand]
+            fused = fuse_at_depth(lists, p.rrf_k, p.fusion_depth, note_of)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
         return hits, dict(fused)
 
-    def _title_rankings(self, store: Store, match: str, query: str,
-                        rankings: list[list[int]]) -> tuple[list[int], list[int]]:
+    def _title_rankings(self, store: Store, match: str, query: str, rankings: list[list[int]],
+                        note_of: dict[int, int]) -> tuple[list[int], list[int]]:
         """The notes found by title or alias (BM25), and those whose title or alias is exactly the query, each as
-        the chunk that shows the note: its best-ranked chunk in the other lists, else its first one."""
+        the chunk that shows the note: its best-ranked chunk in the other lists, else its first one (added to
+        `note_of`, chunk id -> file id, which holds every chunk of `rankings`)."""
         # A title counts when it says most of what the query asks: a long question that names a command in
         # passing does not make every note named after that command a match (measured on tldr-pages).
         asked = _words(query)
@@ -455,13 +459,13 @@ class Searcher:
         exact = store.notes_titled([title_key(query)])
         if not titled and not exact:
             return [], []
-        seen = [cid for ranking in rankings for cid in ranking]
-        chunk_file = store.chunk_files(seen)
         shown: dict[int, int] = {}
-        for cid in seen:  # the lists in order, each best first
-            shown.setdefault(chunk_file.get(cid, -1), cid)
+        for cid in (cid for ranking in rankings for cid in ranking):  # the lists in order, each best first
+            shown.setdefault(note_of.get(cid, -1), cid)
         wanted = [t.file_id for t in (*titled, *exact) if t.file_id not in shown]
-        shown.update(store.best_chunk_of(wanted))
+        first = store.best_chunk_of(wanted)
+        shown.update(first)
+        note_of.update((cid, file_id) for file_id, cid in first.items())
         as_chunks = lambda notes: [shown[t.file_id] for t in notes if t.file_id in shown]  # noqa: E731
         return as_chunks(titled), as_chunks(exact)
 
