@@ -151,6 +151,27 @@ def unread_script(languages: Iterable[str], query: str) -> str | None:
     return "Han" if script == "CJK" else script.capitalize()
 
 
+def readable_words(languages: Iterable[str], query: str) -> tuple[str, str | None]:
+    """For a query that mixes scripts: (the words of `query`, split at spaces, whose letters are all in scripts a
+    model declared for `languages` reads, joined by spaces; the script most of the other letters are in). ("",
+    None) when every letter is in a script the model reads (nothing to leave out: a Spanish question stays
+    whole, and the language rule decides), and when the model reads anything."""
+    langs = tuple(languages)
+    if not langs or MULTILINGUAL in langs or any(lang not in LANGUAGE_SCRIPTS for lang in langs):
+        return "", None
+    readable = frozenset().union(*(LANGUAGE_SCRIPTS[lang] for lang in langs))
+    unread = Counter({s: n for s, n in script_counts(query).items() if s not in readable})
+    if not unread:
+        return "", None
+    out = []
+    for word in query.split():
+        scripts = script_counts(word)
+        if scripts and all(script in readable for script in scripts):
+            out.append(word)
+    script = unread.most_common(1)[0][0]
+    return " ".join(out), "Han" if script == "CJK" else script.capitalize()
+
+
 #: How sure the language identifier must be before a model is left out of a query for its language.
 LANGUAGE_CONFIDENCE = 0.9
 _NAMES = {"en": "English", "de": "German", "es": "Spanish", "fr": "French", "it": "Italian", "pt": "Portuguese",

@@ -116,6 +116,32 @@ def test_an_english_only_embedder_is_left_out_for_a_korean_query(indexed, fake_e
     assert len(fake_embedder.embedded) == before + 2
 
 
+def test_an_english_only_embedder_reads_the_english_words_of_a_korean_query(indexed, fake_embedder):
+    from conftest import searcher_with
+
+    from puremind.langs import readable_words
+    from puremind.models.lazy import Models
+    from puremind.retrieval.pipeline import RetrievalParams, Searcher
+
+    assert readable_words(("en",), "화상회의가 사내망 안 거치는 이유 VPN") == ("VPN", "Hangul")
+    assert readable_words(("en",), "이 명령은 `chromium`의 별칭입니다.") == ("", "Hangul")  # half in Hangul: not read
+    assert readable_words(("en",), "¿Cómo se configura el molinillo?") == ("", None)  # one script: nothing to split
+    assert readable_words(("multilingual",), "서울역 VPN") == ("", None) == readable_words((), "서울역 VPN")
+    fake_embedder.languages = ("en",)
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
+    before = len(fake_embedder.embedded)
+    out = s.search("서울역 근처 호텔 espresso", 5)
+    assert fake_embedder.embedded[before:] == ["espresso"], out.notes  # the Korean words are not embedded
+    assert out.notes == ["semantic search read only 'espresso' of this query: the model reads en, and the rest of "
+                         "the query is in Hangul script"]
+    assert out.hits[0].path == "korea.md"  # the Korean words still lead through the keyword and character lists
+    out = s.search("서울역 근처 호텔 a", 5)  # one letter is not a word to embed
+    assert len(fake_embedder.embedded) == before + 1 and out.notes[0].startswith("semantic search left out")
+    no_part = Searcher(indexed.db, Models.given(fake_embedder), RetrievalParams(rerank=False, readable_part=False))
+    assert no_part.search("서울역 근처 호텔 espresso", 5).notes[0].startswith("semantic search left out")
+    assert len(fake_embedder.embedded) == before + 1
+
+
 @pytest.mark.parametrize(("query", "language"), [
     ("Quiero saber cómo se configura el molinillo para hacer un buen café", "Spanish (es)"),
     ("Wie stelle ich die Mühle für einen Espresso richtig ein?", "German (de)"),

@@ -24,7 +24,7 @@ from puremind.config import DEFAULT_FUSION_DEPTH, DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
 from puremind.messages import quiet as _quiet
-from puremind.langs import unread_language, unread_script
+from puremind.langs import readable_words, unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
 from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse_at_depth, shared_ranks
@@ -89,6 +89,8 @@ class RetrievalParams:
     #: the RRF of each list's passages down to its `fusion_depth`-th note, then the rest in the RRF of the whole
     #: lists (`fuse_at_depth`)
     fusion_depth: int = DEFAULT_FUSION_DEPTH
+    #: a query the embedder cannot read for its script: embed the words it can read (`Searcher._readable_part`)
+    readable_part: bool = True
 
 
 @dataclass
@@ -364,13 +366,14 @@ class Searcher:
                 self._check_fingerprint(store, embedder)
             reads = embedder is not None and _reads(embedder, query, "semantic search", notes,
                                                     by_language=self.params.language_gate)
+            text = query if reads else self._readable_part(embedder, query, notes)
             start = time.perf_counter()
-            if reads and _load_now(embedder):
+            if text and _load_now(embedder):
                 notes.append(_loaded_note("embedder", time.perf_counter() - start))
             # The reranker loads beside the query's embedding and the lists. Not beside the embedder's own load:
             # two threads importing one backend at once (torch, transformers) is not safe.
             preload = self._preload_reranker() if self.params.rerank and self.models.has("reranker") else None
-            qvec = self._query_vectors.get(embedder, query) if reads else None
+            qvec = self._query_vectors.get(embedder, text) if text else None
             hits, fused = self._fuse(store, match, query, qvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
@@ -387,6 +390,25 @@ class Searcher:
                 dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query)) for h in hits[:limit]
             ]
             return SearchOutcome(query, "hybrid", out, notes)
+
+    def _readable_part(self, embedder: Any, query: str, notes: list[str]) -> str:
+        """For a query the embedder was left out of that mixes scripts: the words in scripts it reads (an English
+        term in a Korean question), which it then embeds alone; "" when there are none, when `readable_part` is
+        off, or when every word is in a script it reads (a Spanish question left out for its language).
+        Measured (bench/RESULTS.md, issue-12-fusion-trials): an English note asked for in Korean with one English
+        word was found by keyword search and lost in hybrid search, where only the Korean notes had a second
+        list (the character pairs)."""
+        if embedder is None or not self.params.readable_part:
+            return ""
+        languages = tuple(getattr(embedder, "languages", ()) or ())
+        part, script = readable_words(languages, query)
+        if sum(ch.isalpha() for ch in part) < 2:
+            return ""
+        if notes and notes[-1].startswith("semantic search left out"):
+            notes.pop()  # said by `_reads`; it reads part of the query after all
+        notes.append(f"semantic search read only {part!r} of this query: the model reads {', '.join(languages)}, "
+                     f"and the rest of the query is in {script} script")
+        return part
 
     def _reranked(self, query: str, limit: int, reranker: Any, pool: list[Hit], hits: list[Hit],
                   fused: dict[int, float], notes: list[str]) -> SearchOutcome:
