@@ -89,7 +89,8 @@ class RetrievalParams:
     #: the RRF of each list's passages down to its `fusion_depth`-th note, then the rest in the RRF of the whole
     #: lists (`fuse_at_depth`)
     fusion_depth: int = DEFAULT_FUSION_DEPTH
-    #: a query the embedder cannot read for its script: embed the words it can read (`Searcher._readable_part`)
+    #: a query the embedder is left out of that mixes scripts: embed its words in the scripts the embedder reads
+    #: (`Searcher._readable_part`)
     readable_part: bool = True
 
 
