@@ -137,8 +137,12 @@ def test_an_english_only_embedder_reads_the_english_words_of_a_korean_query(inde
     assert out.hits[0].path == "korea.md"  # the Korean words still lead through the keyword and character lists
     out = s.search("서울역 근처 호텔 a", 5)  # one letter is not a word to embed
     assert len(fake_embedder.embedded) == before + 1 and out.notes[0].startswith("semantic search left out")
+    s.close()
     no_part = Searcher(indexed.db, Models.given(fake_embedder), RetrievalParams(rerank=False, readable_part=False))
-    assert no_part.search("서울역 근처 호텔 espresso", 5).notes[0].startswith("semantic search left out")
+    try:
+        assert no_part.search("서울역 근처 호텔 espresso", 5).notes[0].startswith("semantic search left out")
+    finally:
+        no_part.close()
     assert len(fake_embedder.embedded) == before + 1
 
 
