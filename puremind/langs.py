@@ -129,16 +129,33 @@ def script_counts(text: str) -> Counter[str]:
     return counts
 
 
+def _readable_scripts(languages: Iterable[str]) -> frozenset[str] | None:
+    """The scripts a model declared for `languages` reads; None when it reads anything (no declared languages,
+    "multilingual", or a language outside LANGUAGE_SCRIPTS)."""
+    langs = tuple(languages)
+    if not langs or MULTILINGUAL in langs or any(lang not in LANGUAGE_SCRIPTS for lang in langs):
+        return None
+    return frozenset().union(*(LANGUAGE_SCRIPTS[lang] for lang in langs))
+
+
+def _main_unread(counts: Counter[str], readable: frozenset[str]) -> str | None:
+    """The name of the script most of the letters outside `readable` are in ("Hangul", "Han"), or None."""
+    unread = Counter({s: n for s, n in counts.items() if s not in readable})
+    if not unread:
+        return None
+    script = unread.most_common(1)[0][0]
+    return "Han" if script == "CJK" else script.capitalize()
+
+
 def unread_script(languages: Iterable[str], query: str) -> str | None:
     """The script that keeps a model declared for `languages` from reading `query`, or None when it can read it.
 
     A model cannot read a query when fewer than half of the query's letters are in scripts its languages use.
     No declared languages, "multilingual" or a language outside LANGUAGE_SCRIPTS: it reads anything.
     """
-    langs = tuple(languages)
-    if not langs or MULTILINGUAL in langs or any(lang not in LANGUAGE_SCRIPTS for lang in langs):
+    readable = _readable_scripts(languages)
+    if readable is None:
         return None
-    readable = frozenset().union(*(LANGUAGE_SCRIPTS[lang] for lang in langs))
     counts = script_counts(query)
     total = sum(counts.values())
     if total == 0:
@@ -146,9 +163,7 @@ def unread_script(languages: Iterable[str], query: str) -> str | None:
     read = sum(n for script, n in counts.items() if script in readable)
     if read * 2 >= total:
         return None
-    unread = Counter({s: n for s, n in counts.items() if s not in readable})
-    script = unread.most_common(1)[0][0]
-    return "Han" if script == "CJK" else script.capitalize()
+    return _main_unread(counts, readable)
 
 
 def readable_words(languages: Iterable[str], query: str) -> tuple[str, str | None]:
@@ -156,20 +171,12 @@ def readable_words(languages: Iterable[str], query: str) -> tuple[str, str | Non
     model declared for `languages` reads, joined by spaces; the script most of the other letters are in). ("",
     None) when every letter is in a script the model reads (nothing to leave out: a Spanish question stays
     whole, and the language rule decides), and when the model reads anything."""
-    langs = tuple(languages)
-    if not langs or MULTILINGUAL in langs or any(lang not in LANGUAGE_SCRIPTS for lang in langs):
+    readable = _readable_scripts(languages)
+    script = None if readable is None else _main_unread(script_counts(query), readable)
+    if readable is None or script is None:
         return "", None
-    readable = frozenset().union(*(LANGUAGE_SCRIPTS[lang] for lang in langs))
-    unread = Counter({s: n for s, n in script_counts(query).items() if s not in readable})
-    if not unread:
-        return "", None
-    out = []
-    for word in query.split():
-        scripts = script_counts(word)
-        if scripts and all(script in readable for script in scripts):
-            out.append(word)
-    script = unread.most_common(1)[0][0]
-    return " ".join(out), "Han" if script == "CJK" else script.capitalize()
+    words = [w for w in query.split() if (scripts := script_counts(w)) and all(s in readable for s in scripts)]
+    return " ".join(words), script
 
 
 #: How sure the language identifier must be before a model is left out of a query for its language.

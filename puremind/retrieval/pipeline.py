@@ -365,9 +365,12 @@ class Searcher:
             embedder = self._embedder_or_none(store, notes)  # the index's embedder checked first
             if embedder is not None:
                 self._check_fingerprint(store, embedder)
-            reads = embedder is not None and _reads(embedder, query, "semantic search", notes,
+            left_out: list[str] = []  # why the embedder cannot read the query, unless it reads part of it
+            reads = embedder is not None and _reads(embedder, query, "semantic search", left_out,
                                                     by_language=self.params.language_gate)
             text = query if reads else self._readable_part(embedder, query, notes)
+            if not text:
+                notes += left_out
             start = time.perf_counter()
             if text and _load_now(embedder):
                 notes.append(_loaded_note("embedder", time.perf_counter() - start))
@@ -405,8 +408,6 @@ class Searcher:
         part, script = readable_words(languages, query)
         if sum(ch.isalpha() for ch in part) < 2:
             return ""
-        if notes and notes[-1].startswith("semantic search left out"):
-            notes.pop()  # said by `_reads`; it reads part of the query after all
         notes.append(f"semantic search read only {part!r} of this query: the model reads {', '.join(languages)}, "
                      f"and the rest of the query is in {script} script")
         return part
