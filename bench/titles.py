@@ -7,7 +7,9 @@ One vault per language (`pages/` is en, `pages.<lang>/` the others), indexed by 
 semantic search off (keyword lists only: this measures the title list, not an embedder). For N pages per
 language (every k-th page by path, so the sample is the same in every run):
 - "name": the query is the page's file name (`tar`, `git-commit`); hit@1 and MRR@10, relevant = the page;
-- "description": the query is the page's first `>` line; MRR@10.
+- "description": the query is the page's first `>` line; MRR@10, relevant = every page whose first `>` line is
+  that same line (alias pages all read "This command is an alias of `X`.": no search can tell them apart by it,
+  and which of them comes first is a coin flip, not a measure).
 Three configurations in the same run: keyword (`--lexical-only`, the spec's BM25 over chunks), hybrid without the
 title list (the Searcher before titles), and hybrid with it (today). Several pages share a name across platforms
 (`common/tar.md`, `linux/tar.md`): a hit on any page of that name counts for "name".
@@ -67,8 +69,20 @@ def queries_for(vault: Path, n: int) -> list[tuple[str, str, str]]:
     out = []
     for rel in pages[::step][:n]:
         text = (vault / rel).read_text(encoding="utf-8", errors="replace")
-        desc = next((line[1:].strip() for line in text.splitlines() if line.startswith(">")), "")
-        out.append((rel, rel.rsplit("/", 1)[-1][:-3], desc))
+        out.append((rel, rel.rsplit("/", 1)[-1][:-3], description_of(text)))
+    return out
+
+
+def description_of(text: str) -> str:
+    """A page's first `>` line, without the `>`."""
+    return next((line[1:].strip() for line in text.splitlines() if line.startswith(">")), "")
+
+
+def pages_by_description(vault: Path) -> dict[str, set[str]]:
+    """Every description line of the vault -> the pages that have it as their first `>` line."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for page in vault.rglob("*.md"):
+        out[description_of(page.read_text(encoding="utf-8", errors="replace"))].add(page.relative_to(vault).as_posix())
     return out
 
 
@@ -161,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             by_name = defaultdict(set)
             for rel in (q.relative_to(vault).as_posix() for q in vault.rglob("*.md")):
                 by_name[rel.rsplit("/", 1)[-1][:-3]].add(rel)
+            # A description that several pages share counts a hit on any of them (fragments are unique already).
+            by_desc = {} if args.fragments else pages_by_description(vault)
+            shared = sum(len(by_desc.get(desc, ())) > 1 for _, _, desc in sample if desc)
             for label, (params, lexical) in configs.items():
                 searcher = Searcher(settings.db, Models.given(embedder) if embedder else Models(None, None), params)
                 hit1 = name_mrr = desc_mrr = 0.0
@@ -174,19 +191,20 @@ def main(argv: list[str] | None = None) -> int:
                     name_mrr += mrr(ranked, by_name[name])
                     if desc:
                         ranked = [h.path for h in searcher.search(desc, 10, lexical_only=lexical).hits]
-                        desc_mrr += mrr(ranked, {rel})
+                        desc_mrr += mrr(ranked, by_desc.get(desc) or {rel})
                         n_desc += 1
                 searcher.close()
                 n = max(len(sample), 1)
-                rows.append((lang, pages, label, n, hit1 / n, name_mrr / n, desc_mrr / max(n_desc, 1), seconds))
+                rows.append((lang, pages, label, n, shared, hit1 / n, name_mrr / n, desc_mrr / max(n_desc, 1)))
                 print(f"{lang:3} {label:26} name hit@1 {hit1 / n:.3f} MRR@10 {name_mrr / n:.3f}  "
                       f"description MRR@10 {desc_mrr / max(n_desc, 1):.3f}", file=sys.stderr)
 
     what_desc = "fragment MRR@10" if args.fragments else "description MRR@10"
-    header = f"| language | pages | configuration | queries | name hit@1 | name MRR@10 | {what_desc} |"
-    lines = [header, "|---|---|---|---|---|---|---|"]
-    for lang, pages, label, n, h1, nm, dm, _ in rows:
-        lines.append(f"| {lang} | {pages} | {label} | {n} | {h1:.3f} | {nm:.3f} | {dm:.3f} |")
+    header = (f"| language | pages | configuration | queries | shared descriptions | name hit@1 | name MRR@10 "
+              f"| {what_desc} |")
+    lines = [header, "|---|---|---|---|---|---|---|---|"]
+    for lang, pages, label, n, shared, h1, nm, dm in rows:
+        lines.append(f"| {lang} | {pages} | {label} | {n} | {shared} | {h1:.3f} | {nm:.3f} | {dm:.3f} |")
     table = "\n".join(lines)
     print(table)
     if args.write_results:
@@ -200,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.fragments:
             what += ("; the description query is the middle half of its longest run, on the pages whose fragment "
                      "no other page shares")
-        body = (f"{what}; {args.queries} pages per language (every k-th by path); "
+        body = (f"{what}; {args.queries} pages per language (every k-th by path); \"shared descriptions\": the "
+                f"queries whose description line other pages have too (a hit on any of them counts); "
                 f"{platform.machine()}, Python {platform.python_version()}.\n\n{table}")
         section = SECTION_SEMANTIC if args.semantic else SECTION
         write_section(section + ("-fragments" if args.fragments else ""), command, body)

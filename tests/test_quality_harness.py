@@ -390,3 +390,20 @@ def test_the_memo_keeps_precisions_apart(tmp_path):
     q.CachedEmbedder(int8, cache).embed(["alpha beta"])
     assert (fp32.calls, int8.calls) == (1, 1)
     cache.close()
+
+
+def test_tldr_descriptions_that_several_pages_share_count_a_hit_on_any_of_them(tmp_path):
+    from bench import titles
+
+    pages = {"common/jco.md": "# jco\n\n> This command is an alias of `autojump`.\n",
+             "common/jo.md": "# jo\n\n> This command is an alias of `autojump`.\n",
+             "common/tar.md": "# tar\n\n> Archiving utility.\n> More information: <https://x>.\n"}
+    for rel, text in pages.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    by_desc = titles.pages_by_description(tmp_path)
+    assert by_desc["This command is an alias of `autojump`."] == {"common/jco.md", "common/jo.md"}
+    assert by_desc["Archiving utility."] == {"common/tar.md"}
+    assert titles.mrr(["common/jo.md", "common/jco.md"], by_desc["This command is an alias of `autojump`."]) == 1.0
+    assert [d for _, _, d in titles.queries_for(tmp_path, 3)] == [
+        "This command is an alias of `autojump`.", "This command is an alias of `autojump`.", "Archiving utility."]
