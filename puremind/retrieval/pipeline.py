@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import threading
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -31,7 +29,7 @@ from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse_at_depth, sha
 from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression
 from puremind.retrieval.rerank import QueryVectors, RerankRun, Reranking
 from puremind.chunker import breadcrumb
-from puremind.store import Hit, Store, title_key
+from puremind.store import Hit, Store, keyword_terms, title_key
 
 if TYPE_CHECKING:
     from puremind.models.lazy import Models
@@ -126,15 +124,18 @@ def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: 
     return True
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
-
-
-def _covered(asked: set[str], names: tuple[str, ...]) -> float:
-    """The largest share of the query's words that one of the names holds."""
+def _coverage(query: str, names_of: list[tuple[str, ...]]) -> list[float]:
+    """For each note's names (title, aliases): the largest share of the query's words that one of them holds,
+    words as the keyword index splits and folds them (`keyword_terms` without stems: "cafe menu" is covered by
+    "Café menu", `qm move_disk` by "qm-move-disk"; "menus" does not cover "menu")."""
+    every = [name for names in names_of for name in names if name]
+    if not every:
+        return [0.0] * len(names_of)
+    asked, *terms = keyword_terms([query, *every], stems=False)
     if not asked:
-        return 0.0
-    return max((len(asked & _words(name)) / len(asked) for name in names if name), default=0.0)
+        return [0.0] * len(names_of)
+    of = dict(zip(every, terms))
+    return [max((len(asked & of[n]) / len(asked) for n in names if n), default=0.0) for names in names_of]
 
 
 def with_note_evidence(hits: list[Hit], note_scores: dict[str, float], weight: float) -> list[Hit]:
@@ -477,9 +478,9 @@ class Searcher:
         `note_of`, chunk id -> file id, which holds every chunk of `rankings`)."""
         # A title counts when it says most of what the query asks: a long question that names a command in
         # passing does not make every note named after that command a match (measured on tldr-pages).
-        asked = _words(query)
-        titled = [t for t in store.search_titles(match, self.params.candidates)
-                  if _covered(asked, (t.title, *t.aliases)) >= self.params.title_coverage]
+        found = store.search_titles(match, self.params.candidates)
+        coverage = _coverage(query, [(t.title, *t.aliases) for t in found])
+        titled = [t for t, share in zip(found, coverage) if share >= self.params.title_coverage]
         exact = store.notes_titled([title_key(query)])
         if not titled and not exact:
             return [], []

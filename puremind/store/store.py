@@ -16,7 +16,7 @@ import sqlite3
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy
 
@@ -110,6 +110,24 @@ def bm25_scores(texts: Mapping[str, str], match: str) -> dict[str, float]:
     finally:
         scratch.close()
     return {name: float(score) for name, score in found}
+
+
+def keyword_terms(texts: Sequence[str], *, stems: bool = True) -> list[frozenset[str]]:
+    """The terms the keyword index makes of each text (its tokenizer: case and diacritics folded, split at
+    punctuation and `_`, Porter stems unless `stems` is false), one set per text, in order: "Café menus" ->
+    {"cafe", "menu"} ({"cafe", "menus"} without stems)."""
+    scratch = sqlite3.connect(":memory:")
+    try:
+        tokenizer = KEYWORD_TOKENIZER if stems else KEYWORD_TOKENIZER.removeprefix("porter ")
+        scratch.execute(f"CREATE VIRTUAL TABLE texts USING fts5(body, tokenize='{tokenizer}')")
+        scratch.execute("CREATE VIRTUAL TABLE terms USING fts5vocab(texts, 'instance')")
+        scratch.executemany("INSERT INTO texts(rowid, body) VALUES (?, ?)", enumerate(texts, 1))
+        out: list[set[str]] = [set() for _ in texts]
+        for doc, term in scratch.execute("SELECT doc, term FROM terms"):
+            out[doc - 1].add(term)
+    finally:
+        scratch.close()
+    return [frozenset(t) for t in out]
 
 
 class Store:
