@@ -29,7 +29,9 @@ from dataclasses import dataclass, field, replace
 
 __all__ = ["CHUNKER_VERSION", "Chunk", "NoteTitle", "breadcrumb", "chunk_markdown", "note_title"]
 
-CHUNKER_VERSION = "1"  # bump when output for the same input changes (part of the embedding fingerprint)
+#: bump when output for the same input changes (part of the chunker signature: a change re-cuts every note;
+#: vectors of unchanged text are reused). 2: text, headings and titles in Unicode NFC.
+CHUNKER_VERSION = "2"
 
 # Headings deeper than this are ordinary text: ##### sections are usually too small to stand alone.
 _MAX_HEADING_LEVEL = 4
@@ -157,10 +159,12 @@ def _check_args(max_chars: int, min_chars: int, overlap: float) -> None:
 
 def _normalise(text: str) -> str:
     """LF line endings (CRLF, and a lone CR as old Mac files have it, are line breaks); no byte-order mark (a
-    decoded BOM would hide frontmatter or a heading on line 1)."""
+    decoded BOM would hide frontmatter or a heading on line 1); Unicode NFC, as queries are searched: text
+    written on a Mac may be decomposed (NFD), and the keyword index would hold Hangul as loose jamo that no
+    composed query matches."""
     if text.startswith("\ufeff"):
         text = text[1:]
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
 # --- recognising lines -----------------------------------------------------------------------------------------
@@ -680,7 +684,7 @@ def note_title(text: str, rel: str) -> NoteTitle:
     if not title:
         title = next((t for _, (level, t) in sorted(doc.headings.items()) if level == 1 and t), "")
     if not title:
-        name = rel.rsplit("/", 1)[-1]
+        name = unicodedata.normalize("NFC", rel.rsplit("/", 1)[-1])
         stem, dot, _ = name.rpartition(".")
         title = stem if dot and stem else name
     seen = {title.casefold()}

@@ -477,3 +477,31 @@ def test_a_run_of_equal_scores_cut_by_the_candidate_limit_lifts_none_of_its_pass
 def test_only_ties_and_no_other_list_still_find_them(boilerplate):
     out = _fused(boilerplate, "zorb", candidates=3)  # every list is one cut run of equal scores
     assert len(out) == 3 and len({score for _, score in out}) == 1
+
+
+def test_decomposed_and_composed_unicode_find_each_other(tmp_path):
+    """Text written on a Mac may be decomposed (NFD): Hangul as loose jamo, kana with a separate voicing mark.
+    The index holds NFC and queries are searched as NFC, so either form finds the other."""
+    import unicodedata
+
+    from puremind.chunker import chunk_markdown, note_title
+    from puremind.indexer import index_vault
+
+    nfd = lambda s: unicodedata.normalize("NFD", s)  # noqa: E731
+    assert chunk_markdown(nfd("# 장애 보고\n\n서버 재시작 절차.\n"))[0].text == "# 장애 보고\n\n서버 재시작 절차."
+    assert note_title("no heading", nfd("회의록.md")).title == "회의록"
+    vault = tmp_path / "vault"
+    write(vault, "b.md", nfd("# 장애 보고\n\n서버 재시작 절차를 기록했다.\n"))
+    write(vault, "c.md", "# Notes\n\nがぎぐ and more\n")
+    write(vault, nfd("회의록.md"), "배포 일정.\n")
+    settings = load_settings({"vault": vault, "db": tmp_path / "index.sqlite"})
+    store = Store.open(settings.db)
+    index_vault(store, vault)
+    store.close()
+    searcher = searcher_with(settings)
+    for lexical_only in (True, False):
+        assert [h.path for h in searcher.search("재시작 절차", 3, lexical_only=lexical_only).hits][:1] == ["b.md"]
+        assert [h.path for h in searcher.search(nfd("がぎぐ"), 3, lexical_only=lexical_only).hits][:1] == ["c.md"]
+    # an exact title in either form leads: the note named in NFD on disk, asked for in NFC
+    assert unicodedata.normalize("NFC", searcher.search("회의록", 3).hits[0].path) == "회의록.md"
+    searcher.close()

@@ -23,6 +23,8 @@ def query_terms(query: str) -> list[str]:
     seen: dict[str, None] = {}
     # Control characters (NUL ends an FTS5 string) and lone surrogates (undecodable argv bytes) separate words.
     query = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in query)
+    # The index holds NFC text (puremind.chunker); a Mac may send decomposed (NFD) letters.
+    query = unicodedata.normalize("NFC", query)
     for raw in query.split():
         word = raw[:MAX_TERM_CHARS]
         if not any(ch.isalnum() for ch in word):

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -353,6 +354,7 @@ class Searcher:
             ModelError: a configured model cannot be loaded.
         """
         match = fts_match_expression(query)  # refuse an empty query before any work
+        query = unicodedata.normalize("NFC", query)  # as the index holds text (puremind.chunker)
         with self._lock:
             store = self._store_open()
             if lexical_only:
