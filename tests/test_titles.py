@@ -166,13 +166,19 @@ def test_an_older_index_gets_its_notes_file_names_as_titles_and_its_next_run_the
         store.close()
 
 
-def test_a_question_that_names_a_note_in_passing_is_not_taken_for_its_title(tmp_path):
+def _searcher_over(tmp_path, notes: dict[str, str]):
+    """A Searcher (no models) over a fresh vault of `notes` (path -> text), indexed."""
     vault = tmp_path / "vault"
-    write(vault, "git.md", "# git\n\n> Distributed version control system.\n")
-    write(vault, "tig.md", "# tig\n\n> A text-mode interface for git to browse commits.\n")
+    for rel, text in notes.items():
+        write(vault, rel, text)
     settings = _settings(tmp_path, vault)
     _index(settings, vault)
-    searcher = searcher_with(settings)
+    return searcher_with(settings)
+
+
+def test_a_question_that_names_a_note_in_passing_is_not_taken_for_its_title(tmp_path):
+    searcher = _searcher_over(tmp_path, {"git.md": "# git\n\n> Distributed version control system.\n",
+                                         "tig.md": "# tig\n\n> A text-mode interface for git to browse commits.\n"})
     assert _paths(searcher, "text-mode interface for git to browse commits")[0] == "tig.md"
     assert _paths(searcher, "git")[0] == "git.md"
     searcher.close()
@@ -184,12 +190,9 @@ def test_a_title_is_compared_with_the_query_as_the_keyword_index_reads_both(tmp_
     assert keyword_terms(["Café menus", "qm-move_disk", "がき 파일"]) == [
         frozenset({"cafe", "menu"}), frozenset({"qm", "move", "disk"}), frozenset({"がき", "파일"})]
     assert keyword_terms(["Café menus"], stems=False) == [frozenset({"cafe", "menus"})]
-    vault = tmp_path / "vault"
-    write(vault, "Café menu.md", "Espresso, flat white, croissant.\n")
-    write(vault, "drinks.md", "# Drinks\n\nThe cafe menu lists the drinks; the cafe menu has the prices.\n")
-    settings = _settings(tmp_path, vault)
-    _index(settings, vault)
-    searcher = searcher_with(settings)
+    searcher = _searcher_over(tmp_path, {
+        "Café menu.md": "Espresso, flat white, croissant.\n",
+        "drinks.md": "# Drinks\n\nThe cafe menu lists the drinks; the cafe menu has the prices.\n"})
     # Found by title although the query has no accent: the title list's coverage rule compares words as FTS5
     # splits and folds them, not raw words ("cafe" against "café" covered nothing before).
     assert "Café menu.md" in _paths(searcher, "cafe menu")
