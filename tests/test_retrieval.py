@@ -545,3 +545,20 @@ def test_a_keyword_match_on_words_most_notes_hold_is_no_evidence_in_the_fusion(t
     assert found[1:] == [h.path for h in keyword]
     searcher.close()
     keyword_only.close()
+
+
+def test_a_lone_surrogate_in_a_query_separates_words_instead_of_failing(tmp_path):
+    """An argv byte that is not UTF-8 arrives as a lone surrogate (and JSON may escape one): SQLite cannot take
+    it, and hybrid search failed with an unexpected UnicodeEncodeError."""
+    vault = tmp_path / "vault"
+    write(vault, "Café menu.md", "Espresso.\n")
+    write(vault, "b.md", "The cafe menu list.\n")
+    for i in range(4):
+        write(vault, f"other-{i}.md", "Plain words about rain.\n")
+    settings = load_settings({"vault": vault, "db": tmp_path / "index.sqlite"})
+    with Store.open(settings.db) as store:
+        index_vault(store, vault)
+    searcher = searcher_with(settings)
+    assert [h.path for h in searcher.search("caf\udce9 menu", 5).hits] == ["b.md"]
+    assert "Café menu.md" in [h.path for h in searcher.search("menu\udce9", 5).hits]
+    searcher.close()

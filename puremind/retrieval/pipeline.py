@@ -365,7 +365,9 @@ class Searcher:
             ModelError: a configured model cannot be loaded.
         """
         match = fts_match_expression(query)  # refuse an empty query before any work
-        query = unicodedata.normalize("NFC", query)  # as the index holds text (puremind.chunker)
+        # As the index holds text (puremind.chunker): NFC; a lone surrogate (an argv byte that is not UTF-8, or
+        # a JSON escape) separates words, as in the keyword query, since SQLite cannot take it.
+        query = unicodedata.normalize("NFC", "".join(" " if "\ud800" <= ch <= "\udfff" else ch for ch in query))
         with self._lock:
             store = self._store_open()
             if lexical_only:
