@@ -437,13 +437,10 @@ def test_note_scores_judge_whole_notes_among_the_notes_asked_for(spread):
 
 @pytest.fixture
 def boilerplate(tmp_path: Path):
-    """Eight notes that say only the same sentence, one that says it of `quux`, and one about quux alone (and
-    twelve others, so that the sentence's words are not in most notes: those would weigh nothing)."""
+    """Eight notes that say only the same sentence, one that says it of `quux`, and one about quux alone."""
     root = tmp_path / "boiler"
     for i in range(8):
         write(root, f"alias-{i}.md", "# Alias\n\nThis zorb command is an alias.\n")
-    for i in range(12):
-        write(root, f"other-{i}.md", f"# Other {i}\n\nPlain words about gardens and rain, number {i}.\n")
     write(root, "gquux.md", "# Alias\n\nThis zorb command is an alias of quux.\n")
     write(root, "quux.md", "# Quux\n\nquux lists files; quux -l lists them long.\n")
     db = tmp_path / "boiler.sqlite"
@@ -508,43 +505,6 @@ def test_decomposed_and_composed_unicode_find_each_other(tmp_path):
     # an exact title in either form leads: the note named in NFD on disk, asked for in NFC
     assert unicodedata.normalize("NFC", searcher.search("회의록", 3).hits[0].path) == "회의록.md"
     searcher.close()
-
-
-class _TopicEmbedder:
-    """Two directions: text about Node (its words below) and everything else."""
-
-    fingerprint = "topic-embedder-v1"
-
-    def embed(self, texts, is_query: bool = False) -> np.ndarray:
-        out = np.zeros((len(texts), 2), dtype=np.float32)
-        for row, text in enumerate(texts):
-            out[row, 0 if any(w in text.lower() for w in ("nvm", "nodejs")) else 1] = 1.0
-        return out
-
-
-def test_a_keyword_match_on_words_most_notes_hold_is_no_evidence_in_the_fusion(tmp_path):
-    """FTS5 gives a word that at least half the notes hold no weight (its IDF floored at 1e-6): a list of such
-    matches only must not outvote the note the dense list finds (a vault of notes from one template)."""
-    vault = tmp_path / "vault"
-    for i in range(12):
-        write(vault, f"daily/day {i:02d}.md", f"Setup of the day {i}, done. Review later.\n")
-    write(vault, "ref/Node.js setup.md", "Install nvm, then node 20.\n")
-    settings = load_settings({"vault": vault, "db": tmp_path / "index.sqlite"})
-    embedder = _TopicEmbedder()
-    store = Store.open(settings.db)
-    index_vault(store, vault, embedder=embedder)
-    keyword = store.search_lexical('"nodejs" OR "setup"', 20)
-    store.close()
-    assert len(keyword) == 12 and all(h.score < 1e-4 for h in keyword)  # every day note, none with weight
-    searcher = searcher_with(settings, embedder=embedder)
-    assert searcher.search("nodejs setup", 3).hits[0].path == "ref/Node.js setup.md"
-    # with no embedder they are still results, in keyword order (after the note whose title is "... setup")
-    keyword_only = searcher_with(settings)
-    found = [h.path for h in keyword_only.search("setup", 20).hits]
-    assert found[0] == "ref/Node.js setup.md"
-    assert found[1:] == [h.path for h in keyword]
-    searcher.close()
-    keyword_only.close()
 
 
 def test_a_lone_surrogate_in_a_query_separates_words_instead_of_failing(tmp_path):

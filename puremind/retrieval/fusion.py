@@ -72,7 +72,7 @@ class Ranked:
 
     ids: Sequence[Hashable]
     weight: float = 1.0
-    ranks: Sequence[float] | None = None
+    ranks: Sequence[int] | None = None
 
 
 def fuse(lists: Sequence[Ranked], k: int = 60) -> list[tuple[Hashable, float]]:

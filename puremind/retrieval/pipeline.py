@@ -153,20 +153,9 @@ def _uncut(hits: list[Hit], limit: int) -> list[Hit]:
     return hits[: before_cut_tie([h.score for h in hits], limit)]
 
 
-#: A BM25 below this comes from words that at least half the notes hold: FTS5 floors such a word's IDF (zero or
-#: less in the BM25 formula) at 1e-6, so a passage that matches only such words scores about 1e-6 per word.
-NO_EVIDENCE_SCORE = 1e-4
-
-
 def _bm25_ranking(hits: list[Hit], weight: float) -> Ranked:
-    """A BM25 list for the fusion, in which passages of equal score share a rank, and a passage that matches only
-    words most notes hold (BM25 under NO_EVIDENCE_SCORE) has no rank that counts (infinite: it adds nothing, and
-    follows in list order). Such a list's first place otherwise weighed as much as a real match: in a vault of
-    notes from one template, "nodejs setup" matched every daily note by "setup" and they outvoted the note the
-    dense list found first."""
-    ranks = [r if h.score >= NO_EVIDENCE_SCORE else float("inf")
-             for h, r in zip(hits, shared_ranks([h.score for h in hits]))]
-    return Ranked([h.chunk_id for h in hits], weight, ranks)
+    """A BM25 list for the fusion, in which passages of equal score share a rank."""
+    return Ranked([h.chunk_id for h in hits], weight, shared_ranks([h.score for h in hits]))
 
 
 def rerank_text(hit: Hit) -> str:
