@@ -10,7 +10,6 @@ The names keep "cjk" (the index column, the list) from when these were the only 
 from __future__ import annotations
 
 import re
-import unicodedata
 
 #: Han (CJK Unified Ideographs + extension A + compatibility), Hiragana, Katakana (+ phonetic extensions,
 #: half-width), Hangul syllables and jamo. Extension B+ ideographs are astral and rare in notes.
@@ -46,9 +45,10 @@ def cjk_terms(text: str) -> str:
 
 
 def cjk_match_expression(query: str) -> str | None:
-    """An FTS5 MATCH expression (quoted grams joined with OR) for the CJK part of a query, or None without one."""
+    """An FTS5 MATCH expression (quoted grams joined with OR) for the CJK part of a query, or None without one.
+    The query comes as the Searcher searches it (`retrieval.lexical.searchable_query`: NFC, as the index)."""
     seen: dict[str, None] = {}
-    for run in cjk_runs(unicodedata.normalize("NFC", query)):  # the index holds NFC text (puremind.chunker)
+    for run in cjk_runs(query):
         for g in grams(run):
             seen.setdefault(g, None)
             if len(seen) >= MAX_QUERY_GRAMS:

@@ -14,6 +14,13 @@ MAX_QUERY_TERMS = 64
 MAX_TERM_CHARS = 256
 
 
+def searchable_query(query: str) -> str:
+    """`query` as it is searched: lone surrogates (undecodable argv bytes, JSON escapes; SQLite cannot take
+    them) as spaces, then Unicode NFC, the form the index holds text in (puremind.chunker; a Mac may send
+    decomposed letters)."""
+    return unicodedata.normalize("NFC", "".join(" " if "\ud800" <= ch <= "\udfff" else ch for ch in query))
+
+
 def query_terms(query: str) -> list[str]:
     """The distinct searchable words of a query, in order, at most MAX_QUERY_TERMS.
 
@@ -21,10 +28,8 @@ def query_terms(query: str) -> list[str]:
     tokenizer splits it further (so `foo:bar` searches the phrase "foo bar").
     """
     seen: dict[str, None] = {}
-    # Control characters (NUL ends an FTS5 string) and lone surrogates (undecodable argv bytes) separate words.
-    query = "".join(" " if unicodedata.category(ch) in ("Cc", "Cs") else ch for ch in query)
-    # The index holds NFC text (puremind.chunker); a Mac may send decomposed (NFD) letters.
-    query = unicodedata.normalize("NFC", query)
+    # Control characters (NUL ends an FTS5 string) and lone surrogates separate words.
+    query = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in searchable_query(query))
     for raw in query.split():
         word = raw[:MAX_TERM_CHARS]
         if not any(ch.isalnum() for ch in word):

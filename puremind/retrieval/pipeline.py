@@ -13,7 +13,6 @@ import dataclasses
 import os
 import threading
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -27,7 +26,7 @@ from puremind.langs import readable_words, unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
 from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse_at_depth, shared_ranks
-from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression
+from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression, searchable_query
 from puremind.retrieval.rerank import QueryVectors, RerankRun, Reranking
 from puremind.chunker import breadcrumb
 from puremind.store import Hit, Store, keyword_terms, title_key
@@ -354,9 +353,7 @@ class Searcher:
             ModelError: a configured model cannot be loaded.
         """
         match = fts_match_expression(query)  # refuse an empty query before any work
-        # As the index holds text (puremind.chunker): NFC; a lone surrogate (an argv byte that is not UTF-8, or
-        # a JSON escape) separates words, as in the keyword query, since SQLite cannot take it.
-        query = unicodedata.normalize("NFC", "".join(" " if "\ud800" <= ch <= "\udfff" else ch for ch in query))
+        query = searchable_query(query)  # what the keyword lists search, for every list and model
         with self._lock:
             store = self._store_open()
             if lexical_only:
