@@ -87,8 +87,10 @@ def test_the_watch_command_lowers_its_priority_and_its_models_run_on_the_indexin
 # -- a session of its own: niceness that holds across terminals under Linux autogroup scheduling ---------------
 
 _PROBE = (
-    "import os, signal, sys, time; from puremind.services import lower_priority; lower_priority(); "
-    "done = lambda signum, frame: (open(sys.argv[1], 'w').write(signal.Signals(signum).name), sys.exit(0)); "
+    "import os, pathlib, signal, sys, time; from puremind.services import lower_priority; lower_priority(); "
+    # written whole, then renamed: a test that waits for the file never reads it half written (empty)
+    "done = lambda signum, frame: (pathlib.Path(sys.argv[1] + '.part').write_text(signal.Signals(signum).name), "
+    "os.replace(sys.argv[1] + '.part', sys.argv[1]), sys.exit(0)); "
     "[signal.signal(s, done) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]; "
     "print(os.getsid(0) == os.getpid(), os.nice(0), open('/proc/self/autogroup').read().split()[-1], flush=True); "
     "[time.sleep(0.05) for _ in range(2400) if sys.argv[2] == 'wait']"
