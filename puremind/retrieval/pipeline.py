@@ -107,10 +107,15 @@ class SearchOutcome:
     reranked: int = 0
 
 
+def _languages(model: Any) -> tuple[str, ...]:
+    """The languages a model declares it reads (empty: not declared, so every query)."""
+    return tuple(getattr(model, "languages", ()) or ())
+
+
 def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: bool = True) -> bool:
     """Whether `model` can read `query` (see puremind.langs): its script, then its language; when not, says so
     in `notes`."""
-    languages = tuple(getattr(model, "languages", ()) or ())
+    languages = _languages(model)
     script = unread_script(languages, query)
     if script is not None:
         notes.append(f"{part} left out for this query: the model reads {', '.join(languages)}, and most of the "
@@ -406,7 +411,7 @@ class Searcher:
         list (the character pairs)."""
         if embedder is None or not self.params.readable_part:
             return ""
-        languages = tuple(getattr(embedder, "languages", ()) or ())
+        languages = _languages(embedder)
         part, script = readable_words(languages, query)
         if sum(ch.isalpha() for ch in part) < 2:
             return ""

@@ -92,6 +92,17 @@ def _heading_path(stored: str) -> tuple[str, ...]:
     return tuple(json.loads(stored))
 
 
+@contextlib.contextmanager
+def _scratch_fts(columns: str, tokenizer: str) -> Iterator[sqlite3.Connection]:
+    """An in-memory database holding one FTS5 table `texts` of `columns`, tokenized with `tokenizer`."""
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.execute(f"CREATE VIRTUAL TABLE texts USING fts5({columns}, tokenize='{tokenizer}')")
+        yield scratch
+    finally:
+        scratch.close()
+
+
 def bm25_scores(texts: Mapping[str, str], match: str) -> dict[str, float]:
     """BM25 of each text (name -> text) for the FTS5 MATCH expression `match`, judged among these texts only, with
     the keyword index's tokenizer: name -> -bm25, higher is better, for the texts that match.
@@ -99,16 +110,12 @@ def bm25_scores(texts: Mapping[str, str], match: str) -> dict[str, float]:
     Raises:
         QueryError: FTS5 rejected `match`.
     """
-    scratch = sqlite3.connect(":memory:")
-    try:
-        scratch.execute(f"CREATE VIRTUAL TABLE texts USING fts5(name UNINDEXED, body, tokenize='{KEYWORD_TOKENIZER}')")
+    with _scratch_fts("name UNINDEXED, body", KEYWORD_TOKENIZER) as scratch:
         scratch.executemany("INSERT INTO texts(name, body) VALUES (?, ?)", texts.items())
         try:
             found = scratch.execute("SELECT name, -bm25(texts) FROM texts WHERE texts MATCH ?", (match,)).fetchall()
         except sqlite3.OperationalError as exc:
             raise QueryError(f"the search expression cannot be used: {one_line(exc)}") from exc
-    finally:
-        scratch.close()
     return {name: float(score) for name, score in found}
 
 
@@ -116,17 +123,13 @@ def keyword_terms(texts: Sequence[str], *, stems: bool = True) -> list[frozenset
     """The terms the keyword index makes of each text (its tokenizer: case and diacritics folded, split at
     punctuation and `_`, Porter stems unless `stems` is false), one set per text, in order: "Café menus" ->
     {"cafe", "menu"} ({"cafe", "menus"} without stems)."""
-    scratch = sqlite3.connect(":memory:")
-    try:
-        tokenizer = KEYWORD_TOKENIZER if stems else KEYWORD_TOKENIZER.removeprefix("porter ")
-        scratch.execute(f"CREATE VIRTUAL TABLE texts USING fts5(body, tokenize='{tokenizer}')")
+    tokenizer = KEYWORD_TOKENIZER if stems else KEYWORD_TOKENIZER.removeprefix("porter ")
+    out: list[set[str]] = [set() for _ in texts]
+    with _scratch_fts("body", tokenizer) as scratch:
         scratch.execute("CREATE VIRTUAL TABLE terms USING fts5vocab(texts, 'instance')")
         scratch.executemany("INSERT INTO texts(rowid, body) VALUES (?, ?)", enumerate(texts, 1))
-        out: list[set[str]] = [set() for _ in texts]
         for doc, term in scratch.execute("SELECT doc, term FROM terms"):
             out[doc - 1].add(term)
-    finally:
-        scratch.close()
     return [frozenset(t) for t in out]
 
 
