@@ -199,3 +199,27 @@ def test_a_title_is_compared_with_the_query_as_the_keyword_index_reads_both(tmp_
     assert "Café menu.md" in _paths(searcher, "CAFE  MENU")
     assert "Café menu.md" not in _paths(searcher, "cafe menu", lexical_only=True)  # a file name is not text
     searcher.close()
+
+
+def test_a_title_with_the_querys_words_in_its_order_counts_as_exact(tmp_path):
+    from puremind.store import keyword_words
+
+    assert keyword_words(["🚀 Café-menus launch", "", "qm-move_disk"], stems=False) == [
+        ("cafe", "menus", "launch"), (), ("qm", "move", "disk")]
+    daily = "Daily log. Launch plan review; launch plan follow-up. Kickoff.\n"
+    searcher = _searcher_over(tmp_path, {
+        "Projects/🚀 Launch plan.md": "Rockets and the schedule.\n",
+        "Projects/Plan launch.md": "The other order.\n",
+        **{f"Daily/2024-03-{day}.md": daily for day in range(10, 16)},
+        "linux/qm-move-disk.md": "# qm move_disk\n\n> This command is an alias of `qm disk move`.\n",
+        "linux/qm-move_disk.md": "# qm move_disk\n\n> This command is an alias of `qm disk move`.\n",
+    })
+    # The title's emoji is no word: asked for by its words, the note comes first, above the daily notes that
+    # say "launch plan" twice each; the same words in another order are not its title.
+    assert _paths(searcher, "Launch plan")[0] == "Projects/🚀 Launch plan.md"
+    assert _paths(searcher, "launch  PLAN")[0] == "Projects/🚀 Launch plan.md"
+    assert _paths(searcher, "plan launch")[0] == "Projects/Plan launch.md"
+    # Two notes with one title: the one whose file is named as asked comes first, whichever way it is asked.
+    assert _paths(searcher, "qm-move_disk")[0] == "linux/qm-move_disk.md"
+    assert _paths(searcher, "qm-move-disk")[0] == "linux/qm-move-disk.md"
+    searcher.close()

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
 from puremind.cjk import cjk_match_expression
@@ -29,7 +29,7 @@ from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse_at_depth, sha
 from puremind.retrieval.lexical import fts_all_words_expression, fts_match_expression, searchable_query
 from puremind.retrieval.rerank import QueryVectors, RerankRun, Reranking
 from puremind.chunker import breadcrumb
-from puremind.store import Hit, Store, keyword_terms, title_key
+from puremind.store import Hit, Store, keyword_words, title_key
 
 if TYPE_CHECKING:
     from puremind.models.lazy import Models
@@ -90,6 +90,9 @@ class RetrievalParams:
     #: a query the embedder is left out of that mixes scripts: embed its words in the scripts the embedder reads
     #: (`Searcher._readable_part`)
     readable_part: bool = True
+    #: a title or alias that is the query's words in the query's order (emoji, accents, case and separators
+    #: aside: "Launch plan" for "🚀 Launch plan") counts as exactly the query, as the exact title does
+    title_words_exact: bool = True
 
 
 @dataclass
@@ -129,18 +132,21 @@ def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: 
     return True
 
 
-def _coverage(query: str, names_of: list[tuple[str, ...]]) -> list[float]:
-    """For each note's names (title, aliases): the largest share of the query's words that one of them holds,
-    words as the keyword index splits and folds them (`keyword_terms` without stems: "cafe menu" is covered by
-    "Café menu", `qm move_disk` by "qm-move-disk"; "menus" does not cover "menu")."""
+def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[float, bool]]:
+    """For each note's names (title, aliases): the largest share of the query's words that one of them holds, and
+    whether one of them is the query's words in the query's order. Words as the keyword index splits and folds
+    them (`keyword_words` without stems): "cafe menu" is covered by "Café menu", `qm move_disk` by
+    "qm-move-disk"; "menus" does not cover "menu"; "Launch plan" is the words of "🚀 Launch plan"."""
     every = [name for names in names_of for name in names if name]
     if not every:
-        return [0.0] * len(names_of)
-    asked, *terms = keyword_terms([query, *every], stems=False)
+        return [(0.0, False)] * len(names_of)
+    asked, *words = keyword_words([query, *every], stems=False)
     if not asked:
-        return [0.0] * len(names_of)
-    of = dict(zip(every, terms))
-    return [max((len(asked & of[n]) / len(asked) for n in names if n), default=0.0) for names in names_of]
+        return [(0.0, False)] * len(names_of)
+    wanted = set(asked)
+    of = dict(zip(every, words))
+    return [(max((len(wanted & set(of[n])) / len(wanted) for n in names if n), default=0.0),
+             any(of[n] == asked for n in names if n)) for names in names_of]
 
 
 def with_note_evidence(hits: list[Hit], note_scores: dict[str, float], weight: float) -> list[Hit]:
@@ -485,9 +491,17 @@ class Searcher:
         # A title counts when it says most of what the query asks: a long question that names a command in
         # passing does not make every note named after that command a match (measured on tldr-pages).
         found = store.search_titles(match, self.params.candidates)
-        coverage = _coverage(query, [(t.title, *t.aliases) for t in found])
-        titled = [t for t, share in zip(found, coverage) if share >= self.params.title_coverage]
+        matches = _title_matches(query, [(t.title, *t.aliases) for t in found])
+        titled = [t for t, (share, _) in zip(found, matches) if share >= self.params.title_coverage]
+        # Exactly the query, or the query's words in its order (a title's emoji, accents and separators aside).
         exact = store.notes_titled([title_key(query)])
+        if self.params.title_words_exact:
+            have = {t.file_id for t in exact}
+            same = [t for t, (_, words) in zip(found, matches) if words and t.file_id not in have]
+            # Of notes with the same words, the one whose file is named exactly as asked first (`qm-move_disk`
+            # before its twin `qm-move-disk`); otherwise in the title list's order.
+            key = title_key(query)
+            exact += sorted(same, key=lambda t: title_key(PurePosixPath(t.path).stem) != key)
         if not titled and not exact:
             return [], []
         shown: dict[int, int] = {}

@@ -119,18 +119,24 @@ def bm25_scores(texts: Mapping[str, str], match: str) -> dict[str, float]:
     return {name: float(score) for name, score in found}
 
 
-def keyword_terms(texts: Sequence[str], *, stems: bool = True) -> list[frozenset[str]]:
-    """The terms the keyword index makes of each text (its tokenizer: case and diacritics folded, split at
-    punctuation and `_`, Porter stems unless `stems` is false), one set per text, in order: "Café menus" ->
-    {"cafe", "menu"} ({"cafe", "menus"} without stems)."""
+def keyword_words(texts: Sequence[str], *, stems: bool = True) -> list[tuple[str, ...]]:
+    """The words the keyword index makes of each text, in order (its tokenizer: case and diacritics folded, split
+    at punctuation and `_`, symbols and emoji dropped, Porter stems unless `stems` is false): "🚀 Café-menus" ->
+    ("cafe", "menu") (("cafe", "menus") without stems)."""
     tokenizer = KEYWORD_TOKENIZER if stems else KEYWORD_TOKENIZER.removeprefix("porter ")
-    out: list[set[str]] = [set() for _ in texts]
+    out: list[list[str]] = [[] for _ in texts]
     with _scratch_fts("body", tokenizer) as scratch:
         scratch.execute("CREATE VIRTUAL TABLE terms USING fts5vocab(texts, 'instance')")
         scratch.executemany("INSERT INTO texts(rowid, body) VALUES (?, ?)", enumerate(texts, 1))
-        for doc, term in scratch.execute("SELECT doc, term FROM terms"):
-            out[doc - 1].add(term)
-    return [frozenset(t) for t in out]
+        for doc, term in scratch.execute("SELECT doc, term FROM terms ORDER BY doc, offset"):
+            out[doc - 1].append(term)
+    return [tuple(words) for words in out]
+
+
+def keyword_terms(texts: Sequence[str], *, stems: bool = True) -> list[frozenset[str]]:
+    """The terms the keyword index makes of each text (`keyword_words`), one set per text, in order: "Café menus"
+    -> {"cafe", "menu"} ({"cafe", "menus"} without stems)."""
+    return [frozenset(words) for words in keyword_words(texts, stems=stems)]
 
 
 class Store:
