@@ -223,3 +223,18 @@ def test_a_title_with_the_querys_words_in_its_order_counts_as_exact(tmp_path):
     assert _paths(searcher, "qm-move_disk")[0] == "linux/qm-move_disk.md"
     assert _paths(searcher, "qm-move-disk")[0] == "linux/qm-move-disk.md"
     searcher.close()
+
+
+def test_numbers_that_lead_a_title_to_sort_it_are_not_asked_for(tmp_path):
+    chapters = {f"Chapter {i}.md": "See the introduction first; the introduction explains the setup.\n" for i in range(6)}
+    searcher = _searcher_over(tmp_path, {
+        "01 Introduction.md": "What this book covers and who it is for.\n",
+        "11.01 Project brief.md": "Due on Friday.\n",
+        "1.1.5.md": "Fixed the crash.\n",
+        "Introduction to birds.md": "Sparrows.\n",
+        **chapters,
+    })
+    assert _paths(searcher, "Introduction")[0] == "01 Introduction.md"
+    assert _paths(searcher, "project brief")[0] == "11.01 Project brief.md"
+    assert _paths(searcher, "1.1.5")[0] == "1.1.5.md"  # a title of numbers only is its numbers
+    searcher.close()

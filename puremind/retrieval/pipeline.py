@@ -10,6 +10,7 @@ that `search --json` prints and the MCP server returns.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import threading
 import time
@@ -134,7 +135,8 @@ def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: 
 
 def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[float, bool]]:
     """For each note's names (title, aliases): the largest share of the query's words that one of them holds, and
-    whether one of them is the query's words in the query's order. Words as the keyword index splits and folds
+    whether one of them is the query's words in the query's order (numbers that lead a title aside, see
+    `_unnumbered`). Words as the keyword index splits and folds
     them (`keyword_words` without stems): "cafe menu" is covered by "Café menu", `qm move_disk` by
     "qm-move-disk"; "menus" does not cover "menu"; "Launch plan" is the words of "🚀 Launch plan"."""
     every = [name for names in names_of for name in names if name]
@@ -146,7 +148,14 @@ def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[fl
     wanted = set(asked)
     of = dict(zip(every, words))
     return [(max((len(wanted & set(of[n])) / len(wanted) for n in names if n), default=0.0),
-             any(of[n] == asked for n in names if n)) for names in names_of]
+             any(asked in (of[n], _unnumbered(of[n])) for n in names if n)) for names in names_of]
+
+
+def _unnumbered(words: tuple[str, ...]) -> tuple[str, ...]:
+    """A title's words without the numbers that lead them, as notes are numbered to sort ("01 Introduction",
+    "11.01 Project brief", "2024-03-15 Standup"); a title of numbers only ("1.1.5") keeps them."""
+    rest = tuple(itertools.dropwhile(str.isdigit, words))
+    return rest or words
 
 
 def with_note_evidence(hits: list[Hit], note_scores: dict[str, float], weight: float) -> list[Hit]:
