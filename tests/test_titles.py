@@ -238,3 +238,28 @@ def test_numbers_that_lead_a_title_to_sort_it_are_not_asked_for(tmp_path):
     assert _paths(searcher, "project brief")[0] == "11.01 Project brief.md"
     assert _paths(searcher, "1.1.5")[0] == "1.1.5.md"  # a title of numbers only is its numbers
     searcher.close()
+
+
+def test_a_title_that_is_mostly_the_query_outranks_notes_that_only_say_it(tmp_path):
+    log = "Moved the service to kubernetes; kubernetes upgrade; deep work session; standup notes.\n"
+    searcher = _searcher_over(tmp_path, {
+        "Kubernetes (k8s).md": "Cluster notes, kubectl tips.\n",
+        "Book - Deep Work.md": "Ideas from the book.\n",
+        "Standup - 2024-03-15.md": "Weekly sync items.\n",
+        **{f"Log {i}.md": log for i in range(6)},
+    })
+    # The title holds every word asked, and the query says at least half of the title's own words (numbers
+    # aside): asked for by the main part of its title, the note comes first.
+    assert _paths(searcher, "Kubernetes")[0] == "Kubernetes (k8s).md"
+    assert _paths(searcher, "deep work")[0] == "Book - Deep Work.md"
+    assert _paths(searcher, "standup")[0] == "Standup - 2024-03-15.md"
+    searcher.close()
+
+
+def test_of_several_notes_with_the_querys_title_the_one_named_so_comes_first(tmp_path):
+    searcher = _searcher_over(tmp_path, {
+        "common/open.fish.md": "# open\n\n> Opens files, directories and URIs with their default applications.\n",
+        "common/open.md": "# open\n\n> `open` can refer to several commands with the same name.\n",
+    })
+    assert _paths(searcher, "open")[0] == "common/open.md"
+    searcher.close()

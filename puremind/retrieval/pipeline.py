@@ -94,6 +94,10 @@ class RetrievalParams:
     #: a title or alias that is the query's words in the query's order (emoji, accents, case and separators
     #: aside: "Launch plan" for "🚀 Launch plan") counts as exactly the query, as the exact title does
     title_words_exact: bool = True
+    #: a title or alias that holds every word of the query, of whose own words (numbers aside) the query says at
+    #: least this share ("Kubernetes (k8s)" for `kubernetes`), outweighs the other lists together, below an exact
+    #: title (0 = off)
+    title_near: float = 0.5
 
 
 @dataclass
@@ -133,22 +137,29 @@ def _reads(model: Any, query: str, part: str, notes: list[str], *, by_language: 
     return True
 
 
-def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[float, bool]]:
-    """For each note's names (title, aliases): the largest share of the query's words that one of them holds, and
+def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[float, bool, float]]:
+    """For each note's names (title, aliases): the largest share of the query's words that one of them holds;
     whether one of them is the query's words in the query's order (numbers that lead a title aside, see
-    `_unnumbered`). Words as the keyword index splits and folds
-    them (`keyword_words` without stems): "cafe menu" is covered by "Café menu", `qm move_disk` by
-    "qm-move-disk"; "menus" does not cover "menu"; "Launch plan" is the words of "🚀 Launch plan"."""
+    `_unnumbered`); and, of the names that hold every word of the query, the largest share of the name's own words
+    (numbers aside) that the query says ("Kubernetes (k8s)" for `kubernetes`: 0.5). Words as the keyword index
+    splits and folds them (`keyword_words` without stems): "cafe menu" is covered by "Café menu", `qm move_disk`
+    by "qm-move-disk"; "menus" does not cover "menu"; "Launch plan" is the words of "🚀 Launch plan"."""
     every = [name for names in names_of for name in names if name]
     if not every:
-        return [(0.0, False)] * len(names_of)
+        return [(0.0, False, 0.0)] * len(names_of)
     asked, *words = keyword_words([query, *every], stems=False)
     if not asked:
-        return [(0.0, False)] * len(names_of)
+        return [(0.0, False, 0.0)] * len(names_of)
     wanted = set(asked)
     of = dict(zip(every, words))
+
+    def said(name_words: tuple[str, ...]) -> float:
+        own = {w for w in name_words if not w.isdigit()} or set(name_words)
+        return len(own & wanted) / len(own) if wanted <= set(name_words) else 0.0
+
     return [(max((len(wanted & set(of[n])) / len(wanted) for n in names if n), default=0.0),
-             any(asked in (of[n], _unnumbered(of[n])) for n in names if n)) for names in names_of]
+             any(asked in (of[n], _unnumbered(of[n])) for n in names if n),
+             max((said(of[n]) for n in names if n), default=0.0)) for names in names_of]
 
 
 def _unnumbered(words: tuple[str, ...]) -> tuple[str, ...]:
@@ -484,44 +495,57 @@ class Searcher:
             # Each passage's note: the fusion's depth counts notes, and the title lists show a note by a passage.
             note_of = store.chunk_files(list(dict.fromkeys(cid for r in lists for cid in r.ids)))
             if p.titles:
-                titled, exact = self._title_rankings(store, match, query, [list(r.ids) for r in lists], note_of)
-                # An exact title outweighs every other list together (the title list too): that note comes first.
-                exact_weight = sum(r.weight for r in lists) + p.title_weight + 1.0
-                lists += [Ranked(ids, w) for ids, w in ((titled, p.title_weight), (exact, exact_weight)) if ids]
+                titled, near, exact = self._title_rankings(store, match, query, [list(r.ids) for r in lists], note_of)
+                # A title that is mostly the query outweighs the other lists together; an exact title outweighs
+                # them all (the title lists too): that note comes first.
+                near_weight = sum(r.weight for r in lists)
+                exact_weight = near_weight + p.title_weight + near_weight + 1.0
+                lists += [Ranked(ids, w) for ids, w in ((titled, p.title_weight), (near, near_weight)) if ids]
+                if exact.ids:
+                    lists.append(dataclasses.replace(exact, weight=exact_weight))
             fused = fuse_at_depth(lists, p.rrf_k, p.fusion_depth, note_of)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
         return hits, dict(fused)
 
     def _title_rankings(self, store: Store, match: str, query: str, rankings: list[list[int]],
-                        note_of: dict[int, int]) -> tuple[list[int], list[int]]:
-        """The notes found by title or alias (BM25), and those whose title or alias is exactly the query, each as
-        the chunk that shows the note: its best-ranked chunk in the other lists, else its first one (added to
-        `note_of`, chunk id -> file id, which holds every chunk of `rankings`)."""
+                        note_of: dict[int, int]) -> tuple[list[int], list[int], Ranked]:
+        """The notes found by title or alias (BM25), those of them whose title is mostly the query (`title_near`),
+        and those whose title or alias is exactly the query (ranked by tier), each as the chunk that shows the note:
+        its best-ranked chunk in the other lists, else its first one (added to `note_of`, chunk id -> file id,
+        which holds every chunk of `rankings`)."""
         # A title counts when it says most of what the query asks: a long question that names a command in
         # passing does not make every note named after that command a match (measured on tldr-pages).
         found = store.search_titles(match, self.params.candidates)
         matches = _title_matches(query, [(t.title, *t.aliases) for t in found])
-        titled = [t for t, (share, _) in zip(found, matches) if share >= self.params.title_coverage]
+        titled = [t for t, (share, _, _) in zip(found, matches) if share >= self.params.title_coverage]
         # Exactly the query, or the query's words in its order (a title's emoji, accents and separators aside).
-        exact = store.notes_titled([title_key(query)])
+        key = title_key(query)
+        exact = store.notes_titled([key])
+        titled_exactly = {t.file_id for t in exact}
         if self.params.title_words_exact:
-            have = {t.file_id for t in exact}
-            same = [t for t, (_, words) in zip(found, matches) if words and t.file_id not in have]
-            # Of notes with the same words, the one whose file is named exactly as asked first (`qm-move_disk`
-            # before its twin `qm-move-disk`); otherwise in the title list's order.
-            key = title_key(query)
-            exact += sorted(same, key=lambda t: title_key(PurePosixPath(t.path).stem) != key)
-        if not titled and not exact:
-            return [], []
+            exact += [t for t, (_, words, _) in zip(found, matches) if words and t.file_id not in titled_exactly]
+        # Of several such notes: first those whose file is named exactly as asked (`qm-move_disk` before its twin
+        # `qm-move-disk`, `open.md` before `open.fish.md`), then those titled exactly, then those with the query's
+        # words; the notes of one tier share a rank, so the other lists order them.
+        tier = {t.file_id: 1 if title_key(PurePosixPath(t.path).stem) == key else 2 if t.file_id in titled_exactly
+                else 3 for t in exact}
+        exact.sort(key=lambda t: tier[t.file_id])
+        have = set(tier)
+        near = [t for t, (_, _, said) in zip(found, matches)
+                if self.params.title_near > 0 and said >= self.params.title_near and t.file_id not in have]
+        if not titled and not near and not exact:
+            return [], [], Ranked([])
         shown: dict[int, int] = {}
         for cid in (cid for ranking in rankings for cid in ranking):  # the lists in order, each best first
             shown.setdefault(note_of.get(cid, -1), cid)
-        wanted = [t.file_id for t in (*titled, *exact) if t.file_id not in shown]
+        wanted = [t.file_id for t in (*titled, *near, *exact) if t.file_id not in shown]
         first = store.best_chunk_of(wanted)
         shown.update(first)
         note_of.update((cid, file_id) for file_id, cid in first.items())
         as_chunks = lambda notes: [shown[t.file_id] for t in notes if t.file_id in shown]  # noqa: E731
-        return as_chunks(titled), as_chunks(exact)
+        shown_exact = [t for t in exact if t.file_id in shown]
+        return (as_chunks(titled), as_chunks(near),
+                Ranked(as_chunks(shown_exact), ranks=[tier[t.file_id] for t in shown_exact]))
 
     def _check_fingerprint(self, store: Store, embedder: Any) -> None:
         """The loaded embedder against the index's vectors (another process may have rebuilt it meanwhile).
