@@ -176,6 +176,16 @@ def _searcher_over(tmp_path, notes: dict[str, str]):
     return searcher_with(settings)
 
 
+def _assert_first(tmp_path, notes: dict[str, str], first: dict[str, str]) -> None:
+    """Over a fresh vault of `notes`, each query of `first` finds its path first."""
+    searcher = _searcher_over(tmp_path, notes)
+    try:
+        for query, path in first.items():
+            assert _paths(searcher, query)[0] == path, query
+    finally:
+        searcher.close()
+
+
 def test_a_question_that_names_a_note_in_passing_is_not_taken_for_its_title(tmp_path):
     searcher = _searcher_over(tmp_path, {"git.md": "# git\n\n> Distributed version control system.\n",
                                          "tig.md": "# tig\n\n> A text-mode interface for git to browse commits.\n"})
@@ -185,11 +195,11 @@ def test_a_question_that_names_a_note_in_passing_is_not_taken_for_its_title(tmp_
 
 
 def test_a_title_is_compared_with_the_query_as_the_keyword_index_reads_both(tmp_path):
-    from puremind.store import keyword_terms
+    from puremind.store import keyword_words
 
-    assert keyword_terms(["Café menus", "qm-move_disk", "がき 파일"]) == [
+    assert [frozenset(w) for w in keyword_words(["Café menus", "qm-move_disk", "がき 파일"])] == [
         frozenset({"cafe", "menu"}), frozenset({"qm", "move", "disk"}), frozenset({"がき", "파일"})]
-    assert keyword_terms(["Café menus"], stems=False) == [frozenset({"cafe", "menus"})]
+    assert [frozenset(w) for w in keyword_words(["Café menus"], stems=False)] == [frozenset({"cafe", "menus"})]
     searcher = _searcher_over(tmp_path, {
         "Café menu.md": "Espresso, flat white, croissant.\n",
         "drinks.md": "# Drinks\n\nThe cafe menu lists the drinks; the cafe menu has the prices.\n"})
@@ -227,39 +237,33 @@ def test_a_title_with_the_querys_words_in_its_order_counts_as_exact(tmp_path):
 
 def test_numbers_that_lead_a_title_to_sort_it_are_not_asked_for(tmp_path):
     chapters = {f"Chapter {i}.md": "See the introduction first; the introduction explains the setup.\n" for i in range(6)}
-    searcher = _searcher_over(tmp_path, {
+    _assert_first(tmp_path, {
         "01 Introduction.md": "What this book covers and who it is for.\n",
         "11.01 Project brief.md": "Due on Friday.\n",
         "1.1.5.md": "Fixed the crash.\n",
         "Introduction to birds.md": "Sparrows.\n",
         **chapters,
+    }, {
+        "Introduction": "01 Introduction.md",
+        "project brief": "11.01 Project brief.md",
+        "1.1.5": "1.1.5.md",  # a title of numbers only is its numbers
     })
-    assert _paths(searcher, "Introduction")[0] == "01 Introduction.md"
-    assert _paths(searcher, "project brief")[0] == "11.01 Project brief.md"
-    assert _paths(searcher, "1.1.5")[0] == "1.1.5.md"  # a title of numbers only is its numbers
-    searcher.close()
 
 
 def test_a_title_that_is_mostly_the_query_outranks_notes_that_only_say_it(tmp_path):
     log = "Moved the service to kubernetes; kubernetes upgrade; deep work session; standup notes.\n"
-    searcher = _searcher_over(tmp_path, {
+    # The title holds every word asked, and the query says at least half of the title's own words (numbers
+    # aside): asked for by the main part of its title, the note comes first.
+    _assert_first(tmp_path, {
         "Kubernetes (k8s).md": "Cluster notes, kubectl tips.\n",
         "Book - Deep Work.md": "Ideas from the book.\n",
         "Standup - 2024-03-15.md": "Weekly sync items.\n",
         **{f"Log {i}.md": log for i in range(6)},
-    })
-    # The title holds every word asked, and the query says at least half of the title's own words (numbers
-    # aside): asked for by the main part of its title, the note comes first.
-    assert _paths(searcher, "Kubernetes")[0] == "Kubernetes (k8s).md"
-    assert _paths(searcher, "deep work")[0] == "Book - Deep Work.md"
-    assert _paths(searcher, "standup")[0] == "Standup - 2024-03-15.md"
-    searcher.close()
+    }, {"Kubernetes": "Kubernetes (k8s).md", "deep work": "Book - Deep Work.md", "standup": "Standup - 2024-03-15.md"})
 
 
 def test_of_several_notes_with_the_querys_title_the_one_named_so_comes_first(tmp_path):
-    searcher = _searcher_over(tmp_path, {
+    _assert_first(tmp_path, {
         "common/open.fish.md": "# open\n\n> Opens files, directories and URIs with their default applications.\n",
         "common/open.md": "# open\n\n> `open` can refer to several commands with the same name.\n",
-    })
-    assert _paths(searcher, "open")[0] == "common/open.md"
-    searcher.close()
+    }, {"open": "common/open.md"})

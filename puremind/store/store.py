@@ -133,12 +133,6 @@ def keyword_words(texts: Sequence[str], *, stems: bool = True) -> list[tuple[str
     return [tuple(words) for words in out]
 
 
-def keyword_terms(texts: Sequence[str], *, stems: bool = True) -> list[frozenset[str]]:
-    """The terms the keyword index makes of each text (`keyword_words`), one set per text, in order: "Café menus"
-    -> {"cafe", "menu"} ({"cafe", "menus"} without stems)."""
-    return [frozenset(words) for words in keyword_words(texts, stems=stems)]
-
-
 class Store:
     """An open index file. Make one with `Store.open`; close it with `close()` (or `with`).
 
