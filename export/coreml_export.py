@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from puremind.errors import ModelError
-from puremind.models import artefacts
+from puremind.models import artefacts, fidelity
 
 from ._common import (
     SPEC_FIELDS,
@@ -238,6 +238,10 @@ def export_coreml(
                     "coreml": {"max_batch": MAX_BATCH, "max_seq": seq, "input_dtype": "int32",
                                "minimum_deployment_target": "macOS14", "compute_precision": "fp16"},
                     "tools": tool_versions(*COREML_TOOLS),
+                    # coremltools predicts only on macOS; the runtime checks Core ML against the reference on its
+                    # first use on a Mac (puremind.models.provider_check)
+                    "fidelity": fidelity.pending_record(
+                        "Core ML cannot predict on this machine; checked against the reference on first use on a Mac"),
                 }
             )
             return meta

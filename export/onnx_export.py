@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
 from puremind.errors import ModelError
-from puremind.models import artefacts
+from puremind.models import artefacts, fidelity
 
 from ._common import (
     SPEC_FIELDS,
@@ -48,8 +49,10 @@ def variant_spec(spec: Any, name: str) -> Any:
 
 
 def variant_settings(vspec: Any) -> dict[str, Any]:
-    """How a variant was made, stored in its metadata so a changed manifest is noticed."""
-    return {"dtype": vspec.dtype, "method": vspec.method, "exclude_ops": list(vspec.exclude_ops)}
+    """How a variant was made, stored in its metadata so a changed manifest is noticed. `probe` is the probe set
+    it was checked on: a variant exported before the check, or checked on another probe set, is exported again."""
+    return {"dtype": vspec.dtype, "method": vspec.method, "exclude_ops": list(vspec.exclude_ops),
+            "probe": fidelity.probe_digest()}
 
 
 def export_model(
@@ -67,7 +70,11 @@ def export_model(
     graph optimisation); fp16 and int8 are derived from it. A variant already exported with the same settings
     and passing its checksums is skipped unless `force`. A "coreml" variant is handed to `export_coreml`.
     Every variant is written atomically (see `artefacts.write_artefact_atomically`) and smoke-tested with
-    onnxruntime (loads, finite outputs) before it is moved into place.
+    onnxruntime (loads, finite outputs) before it is moved into place. Then it proves itself against the model as
+    published: torch runs the source model in fp32 on the probe set (the reference, computed once), the variant
+    runs the same texts on the CPU, and the figures, the verdict and the reference outputs go into its metadata
+    (`puremind.models.fidelity`). A variant below a threshold is still written, but kept out of the automatic
+    choice; the export prints one `warning:` line naming the figure and the threshold.
 
     Raises:
         ModelError: export dependencies missing, an unknown variant, or any export step failing (one line,
@@ -120,6 +127,7 @@ def _export_onnx(spec, source, home: Path, pending: list[str], specs: dict, resu
     base: Path | None = None
     if "fp32" not in pending:
         base = _reusable_fp32(spec, source, fp32_final, checked="fp32" in specs)
+    reference = _Reference(spec, src_dir)
     with artefacts.partial_dir(parent, "-work") as work:
         if base is None:
             optimum_out = work / "optimum"
@@ -133,10 +141,12 @@ def _export_onnx(spec, source, home: Path, pending: list[str], specs: dict, resu
                     for name in ("model.onnx", EXTERNAL_DATA):
                         if (optimum_out / name).exists():
                             os.rename(optimum_out / name, tmp / name)
-                    return _finish_variant(spec, source, "fp32", specs["fp32"], tmp, src_dir, optimum_out)
+                    return _finish_variant(spec, source, "fp32", specs["fp32"], tmp, src_dir, optimum_out,
+                                           reference, progress)
 
                 artefacts.write_artefact_atomically(fp32_final, build_fp32)
                 progress(f"{spec.key} fp32: written to {fp32_final}")
+                report_fidelity(f"{spec.key} fp32", fp32_final, progress)
                 base = fp32_final / "model.onnx"
             else:
                 base = optimum_out / "model.onnx"
@@ -164,10 +174,11 @@ def _export_onnx(spec, source, home: Path, pending: list[str], specs: dict, resu
                 else:
                     raise ModelError(f"model {spec.key} variant {name}: unknown dtype {vspec.dtype!r}")
                 progress(f"{label}: converted in {timer} ({human_size(tmp / 'model.onnx')}); checking it runs")
-                return _finish_variant(spec, source, name, vspec, tmp, src_dir, base.parent)
+                return _finish_variant(spec, source, name, vspec, tmp, src_dir, base.parent, reference, progress)
 
             artefacts.write_artefact_atomically(final, build)
             progress(f"{label}: written to {final}")
+            report_fidelity(label, final, progress)
 
 
 def _reusable_fp32(spec, source, fp32_final: Path, *, checked: bool) -> Path | None:
@@ -216,7 +227,8 @@ def _optimum_export(spec, src_dir: Path, out: Path) -> None:
         raise ModelError(f"exporting {spec.key} fp32 failed: Optimum wrote no model.onnx")
 
 
-def _finish_variant(spec, source, name: str, vspec, tmp: Path, src_dir: Path, fallback: Path) -> dict:
+def _finish_variant(spec, source, name: str, vspec, tmp: Path, src_dir: Path, fallback: Path,
+                    reference: "_Reference", progress: Progress) -> dict:
     copy_tokenizer_files(src_dir, tmp, fallback)
     inputs, outputs = smoke_test(tmp / "model.onnx", spec, name)
     meta = spec_metadata(spec, source, name, tmp)
@@ -230,7 +242,84 @@ def _finish_variant(spec, source, name: str, vspec, tmp: Path, src_dir: Path, fa
             "tools": tool_versions(*ONNX_TOOLS),
         }
     )
+    meta["fidelity"] = check_fidelity(spec, name, tmp, meta, reference, progress)
     return meta
+
+
+PROBE_MAX_TOKENS = fidelity.PROBE_MAX_TOKENS
+
+
+class _Reference:
+    """The source model's fp32 outputs on the probe set, computed with torch on the first variant that needs them."""
+
+    def __init__(self, spec: Any, src_dir: Path):
+        self.spec = spec
+        self.src_dir = src_dir
+        self._outputs: dict | None = None
+
+    def outputs(self, progress: Progress, label: str) -> dict:
+        if self._outputs is None:
+            from puremind.models.torch_backend import TorchEmbedder, TorchReranker
+
+            timer = Timer()
+            progress(f"{label}: running the source model (torch, fp32) on the probe set, the reference for every "
+                     "variant")
+            if self.spec.role == "embedder":
+                model: Any = TorchEmbedder(self.src_dir, self.spec, max_tokens=PROBE_MAX_TOKENS,
+                                           fingerprint="reference", device="cpu")
+            else:
+                capped = dataclasses.replace(self.spec, max_tokens=min(self.spec.max_tokens, PROBE_MAX_TOKENS))
+                model = TorchReranker(self.src_dir, capped, device="cpu")
+            try:
+                holder: dict = {}
+                _guard(self.spec, "reference", lambda: holder.update(fidelity.run_probe(model, self.spec.role)))
+            finally:
+                model.close()
+            self._outputs = holder
+            progress(f"{label}: reference computed in {timer}")
+        return self._outputs
+
+
+def check_fidelity(spec: Any, variant: str, folder: Path, meta: dict, reference: _Reference,
+                   progress: Progress) -> dict:
+    """Run the variant in `folder` on the probe set (onnxruntime, CPU) and compare it with the reference.
+
+    Raises:
+        ModelError: the reference or the variant cannot be run.
+    """
+    from puremind.models.onnx_backend import OnnxEmbedder, OnnxReranker
+    from puremind.models.providers import CPU
+
+    label = f"{spec.key} {variant}"
+    expected = reference.outputs(progress, label)
+    progress(f"{label}: checking it against the reference on the probe set")
+    if spec.role == "embedder":
+        model: Any = OnnxEmbedder(folder, providers=[CPU], max_tokens=PROBE_MAX_TOKENS, fingerprint="probe",
+                                  meta=meta)
+    else:
+        from puremind.models.loader import rerank_batch_size
+
+        capped = {**meta, "max_tokens": min(int(meta["max_tokens"]), PROBE_MAX_TOKENS)}
+        model = OnnxReranker(folder, providers=[CPU], meta=capped, batch_size=rerank_batch_size(variant))
+    try:
+        holder: dict = {}
+        _guard(spec, variant, lambda: holder.update(fidelity.run_probe(model, spec.role)))
+    finally:
+        model.close()
+    return fidelity.fidelity_record(spec.role, expected, holder, provider=CPU)
+
+
+def report_fidelity(label: str, folder: Path, progress: Progress) -> None:
+    """One line on how an exported variant compares with the reference; a `warning:` line when it is kept out."""
+    meta = artefacts.read_artefact(folder, verify=False)
+    fid = meta.get("fidelity") or {}
+    figures = ", ".join(f"{k} {v:g}" for k, v in (fid.get("figures") or {}).items() if v is not None)
+    if fidelity.kept_out(meta):
+        progress(f"warning: {label} is kept out: {fidelity.describe_shortfalls(meta)} against the source model "
+                 f"on the probe set; the next variant serves instead ([models] variant = \"{meta.get('variant')}\" "
+                 "forces it)")
+    elif fid.get("status") == "ok":
+        progress(f"{label}: matches the source model on the probe set ({figures})")
 
 
 def smoke_test(model_path: Path, spec, variant: str) -> tuple[list[str], list[str]]:

@@ -276,6 +276,43 @@ def demo() -> None:
         typer.echo(line)
 
 
+@app.command()
+@_guarded
+def doctor(
+    speed: bool = typer.Option(False, "--speed", help="Also load the configured models and time them on this machine (slower)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+) -> None:
+    """Check that pureMind works here: config, vault, index, models, privacy, agents, watch. Exit 2 when a check fails."""
+    from puremind.doctor import run_doctor
+
+    report = run_doctor(speed=speed)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+    else:
+        for line in render_doctor_lines(report):
+            typer.echo(line)
+    if report.failed:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def render_doctor_lines(report) -> list[str]:
+    """The terminal's lines for a doctor report: a heading per section, then `status  message` and `hint:` lines."""
+    from puremind.doctor import SECTIONS
+
+    lines: list[str] = []
+    section = None
+    for check in report.checks:
+        if check.section != section:
+            section = check.section
+            lines += ([""] if lines else []) + [SECTIONS.get(section, section)]
+        lines.append(f"  {check.status:<4}  {' '.join(check.message.split())}")
+        if check.hint:
+            lines.append(f"        hint: {' '.join(check.hint.split())}")
+    counts = report.counts()
+    lines += ["", f"{counts['ok']} ok, {counts['warn']} warnings, {counts['fail']} failed"]
+    return lines
+
+
 def _notice(message: str) -> None:
     """A line for the person at the terminal, on stderr so that stdout stays parseable."""
     typer.echo(message, err=True)

@@ -182,23 +182,24 @@ class BatchedReranker(LoadsOnFirstUse):
     def _logits(self, batch: Batch) -> np.ndarray:
         raise NotImplementedError
 
-    def logits(self, query: str, passages: Sequence[str]) -> np.ndarray:
-        """The raw logits, (n, labels) float32, in input order.
+    def logits(self, query: str, passages: Sequence[str], *, max_chars: int | None = None) -> np.ndarray:
+        """The raw logits, (n, labels) float32, in input order; each passage cut to `max_chars` (None: the
+        reranker's own setting).
 
         Raises:
             ModelError: the backend cannot load or run the model.
         """
         if not passages:
             return np.zeros((0, 1), dtype=np.float32)
-        encoded = self.encoder.encode_pairs(query, passages, max_chars=self.max_chars)
+        encoded = self.encoder.encode_pairs(query, passages, max_chars=max_chars or self.max_chars)
         return run_batches(self.encoder, encoded, self.batch_size, self._logits)
 
-    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
-        """Relevance of each passage to the query, 0..1 (float64), in input order.
+    def score(self, query: str, passages: Sequence[str], *, max_chars: int | None = None) -> np.ndarray:
+        """Relevance of each passage to the query, 0..1 (float64), in input order; `max_chars` as `logits`.
 
         Raises:
             ModelError: the backend cannot load or run the model.
         """
         if not passages:
             return np.zeros(0, dtype=np.float64)
-        return scores_from_logits(self.logits(query, passages))
+        return scores_from_logits(self.logits(query, passages, max_chars=max_chars))

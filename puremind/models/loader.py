@@ -172,10 +172,50 @@ def _variant(choice: ModelChoice, resolved: Resolved, providers: Sequence[str]) 
                 f"variant {choice.variant!r} is not defined for {resolved.spec.hub_id}",
                 hint="defined: " + ", ".join(sorted(resolved.spec.variants)),
             )
-        return choice.variant
+        return choice.variant  # forced: chosen even when kept out at export
     present = list_variants(choice.home, resolved.spec.key, resolved.revision)
     onnx_variants = [v for v in resolved.spec.variants if v != "coreml"]
-    return choose_variant(providers, present or onnx_variants, resolved.spec.default_variant)
+    out = kept_out_variants(choice.home, resolved, present)
+    candidates = list(present) or onnx_variants
+    if out and "fp32" in onnx_variants and "fp32" not in candidates:
+        candidates.append("fp32")  # what serves in place of a kept-out variant; exported on first use
+    return choose_variant(providers, candidates, resolved.spec.default_variant, kept_out=out)
+
+
+def kept_out_variants(home: Path, resolved: Resolved, present: Sequence[str]) -> list[str]:
+    """The exported variants whose metadata says they failed their fidelity check at export (read, not
+    verified: the chosen variant is verified when it loads)."""
+    import json
+
+    from puremind.models.artefacts import META_NAME, artefact_dir
+    from puremind.models.fidelity import kept_out
+
+    out = []
+    for name in present:
+        try:
+            meta = json.loads((artefact_dir(home, resolved.spec.key, resolved.revision, name) / META_NAME)
+                              .read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # an unreadable one is refused with a clear error if it is chosen
+        if isinstance(meta, dict) and kept_out(meta):
+            out.append(name)
+    return out
+
+
+def ready_variant(choice: ModelChoice, resolved: Resolved, providers: Sequence[str], *, obtain: "Obtain | None",
+                  progress: Progress | None) -> tuple[str, Path]:
+    """The variant to run and the folder of its verified export. A variant exported just now (by `obtain`) that
+    failed its fidelity check is passed over for the next one, as a variant exported earlier would be.
+
+    Raises:
+        ModelsUnavailable, ModelError: as `ensure_artefact` and `choose_variant`.
+    """
+    variant = _variant(choice, resolved, providers)
+    folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
+    if choice.variant == "auto" and kept_out_variants(choice.home, resolved, [variant]):
+        variant = _variant(choice, resolved, providers)
+        folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
+    return variant, folder
 
 
 #: How the application layer obtains an ONNX variant that is not exported yet: (choice, resolved, variant,
@@ -278,10 +318,10 @@ def _load_embedder(choice: ModelChoice, obtain: Obtain | None, progress: Progres
     from puremind.models.onnx_backend import OnnxEmbedder
 
     providers = _providers(choice)
-    variant = _variant(choice, resolved, providers)
-    folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
-    return OnnxEmbedder(folder, providers=providers, max_tokens=max_tokens, fingerprint=fp, languages=languages,
-                        precision=variant, threads=choice.threads)
+    variant, folder = ready_variant(choice, resolved, providers, obtain=obtain, progress=progress)
+    model = OnnxEmbedder(folder, providers=providers, max_tokens=max_tokens, fingerprint=fp, languages=languages,
+                         precision=variant, threads=choice.threads)
+    return _checked(model, choice, resolved, variant, folder, progress)
 
 
 def load_reranker(choice: ModelChoice, *, obtain: Obtain | None = None, progress: Progress | None = None) -> Reranker:
@@ -311,11 +351,27 @@ def _load_reranker(choice: ModelChoice, obtain: Obtain | None, progress: Progres
     from puremind.models.onnx_backend import OnnxReranker
 
     providers = _providers(choice)
-    variant = _variant(choice, resolved, providers)
-    folder = ensure_artefact(choice, resolved, variant, obtain=obtain, progress=progress)
-    return OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages,
-                        threads=choice.threads, fingerprint=reranker_fingerprint(resolved, choice, variant),
-                        batch_size=rerank_batch_size(variant))
+    variant, folder = ready_variant(choice, resolved, providers, obtain=obtain, progress=progress)
+    model = OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages,
+                         threads=choice.threads, fingerprint=reranker_fingerprint(resolved, choice, variant),
+                         batch_size=rerank_batch_size(variant))
+    return _checked(model, choice, resolved, variant, folder, progress)
+
+
+def _checked(model, choice: ModelChoice, resolved: Resolved, variant: str, folder: Path, progress: Progress | None):
+    """`model` with its first session checked against the export's reference on the provider it gets here
+    (`puremind.models.provider_check`)."""
+    from puremind.messages import to_stderr
+    from puremind.models.artefacts import read_artefact
+    from puremind.models.provider_check import ProviderCheck
+
+    try:
+        meta = read_artefact(folder, verify=False)  # verified a moment ago by ensure_artefact
+    except ModelError:
+        return model  # a folder handed in without metadata (a caller's own `obtain`): no reference to check against
+    model.check_providers_with(ProviderCheck(choice.home, meta, resolved.spec.role,
+                                             label=f"{resolved.spec.hub_id} {variant}", warn=to_stderr))
+    return model
 
 
 #: Pairs per call of an ONNX cross-encoder, by variant. int8 is dynamic quantisation: each weight matmul quantises

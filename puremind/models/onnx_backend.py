@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -83,39 +83,69 @@ def create_session(model_path: Path, providers: Sequence[str], threads: int | No
 
 
 class _LazySession:
-    """An InferenceSession made on first use, once, even with several threads asking."""
+    """An InferenceSession made on first use, once, even with several threads asking.
+
+    `verify(active providers) -> bool`, when set, runs once the session exists and before any other caller gets
+    it (`puremind.models.provider_check`): it may run texts through the model, whose calls reach this session
+    from the checking thread. False makes the session again on the CPU alone (and checks that one too).
+    """
 
     def __init__(self, model_path: Path, providers: Sequence[str], threads: int | None):
         self.model_path = model_path
         self.providers = list(providers)
         self.threads = threads
-        self._session: Any = None
+        self._session: Any = None  # made, maybe still being checked
+        self._ready: Any = None  # made and checked: what other threads get
+        self._checking: int | None = None  # the thread running the check
         self._lock = threading.Lock()
         self.input_names: tuple[str, ...] = ()
         self.output_names: tuple[str, ...] = ()
+        self.verify: Callable[[list[str]], bool] | None = None
 
     def get(self) -> Any:
-        session = self._session
-        if session is None:
-            with self._lock:
-                if self._session is None:
-                    created = create_session(self.model_path, self.providers, self.threads)
-                    self.input_names = tuple(i.name for i in created.get_inputs())
-                    self.output_names = tuple(o.name for o in created.get_outputs())
-                    self._session = created
-                session = self._session
-        return session
+        session = self._ready
+        if session is not None:
+            return session
+        if self._checking == threading.get_ident():
+            return self._session  # the check's own texts
+        with self._lock:
+            if self._ready is None:
+                self._make(self.providers)
+                if self.verify is not None and not self._verified():
+                    from puremind.models.providers import CPU
+
+                    self._make([CPU])
+                    self._verified()  # the CPU has nothing behind it: a disagreement there raises
+                self._ready = self._session
+            return self._ready
+
+    def _make(self, providers: Sequence[str]) -> None:
+        created = create_session(self.model_path, providers, self.threads)
+        self.input_names = tuple(i.name for i in created.get_inputs())
+        self.output_names = tuple(o.name for o in created.get_outputs())
+        self._session = created
+
+    def _verified(self) -> bool:
+        self._checking = threading.get_ident()
+        try:
+            return bool(self.verify(list(self._session.get_providers())))
+        except BaseException:
+            self._session = None
+            raise
+        finally:
+            self._checking = None
 
     @property
     def loaded(self) -> bool:
-        return self._session is not None
+        return self._ready is not None
 
     def active_providers(self) -> list[str]:
-        return list(self._session.get_providers()) if self._session is not None else []
+        return list(self._ready.get_providers()) if self._ready is not None else []
 
     def close(self) -> None:
         with self._lock:
             self._session = None
+            self._ready = None
 
     def run(self, output: str, batch: Batch) -> np.ndarray:
         """Run one batch, feeding only the inputs the graph declares (read from the session).
@@ -147,6 +177,10 @@ class _SessionOwner(LoadsOnFirstUse):
     def active_providers(self) -> list[str]:
         """The providers onnxruntime actually runs on ([] before the first call)."""
         return self._lazy.active_providers()
+
+    def check_providers_with(self, check: Callable[[Any, list[str]], bool]) -> None:
+        """Have `check(self, active providers)` prove the session before first use (see `_LazySession`)."""
+        self._lazy.verify = lambda active: check(self, active)
 
 
 class OnnxEmbedder(_SessionOwner, BatchedEmbedder):

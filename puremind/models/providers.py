@@ -64,25 +64,33 @@ def select_providers(device: str, available: Sequence[str], system: str, machine
     return [wanted, CPU]
 
 
-def choose_variant(providers: Sequence[str], present: Sequence[str], default_variant: Mapping[str, str]) -> str:
+def choose_variant(providers: Sequence[str], present: Sequence[str], default_variant: Mapping[str, str],
+                   kept_out: Sequence[str] = ()) -> str:
     """The exported variant to run: the default for the first provider that has one present.
 
     Walks `providers` in order (the first is the one that will do the work) and takes the variant
     `default_variant` names for it when that variant was exported; failing that, "fp32" when
-    present, else the first present variant.
+    present, else the first present variant. A variant in `kept_out` (it failed its fidelity check at
+    export, `puremind.models.fidelity`) is never chosen: int8 kept out on the CPU gives fp32.
 
     Raises:
-        ModelError: no variant is present at all.
+        ModelError: no variant is present at all, or every one is kept out.
     """
     if not present:
         raise ModelError("no exported model variant is present", hint="run `puremind export-models`")
+    usable = [v for v in present if v not in set(kept_out)]
+    if not usable:
+        raise ModelError(
+            f"every exported variant ({', '.join(sorted(present))}) failed its check against the source model",
+            hint="set [models] variant to force one, or run `puremind export-models --force` to export again",
+        )
     for provider in providers:
         name = default_variant.get(provider)
-        if name is not None and name in present:
+        if name is not None and name in usable:
             return name
-    if "fp32" in present:
+    if "fp32" in usable:
         return "fp32"
-    return sorted(present)[0]
+    return sorted(usable)[0]
 
 
 def select_torch_device(device: str, *, cuda_available: bool, mps_available: bool) -> str:
