@@ -523,6 +523,17 @@ class EmbedCache:
             self.conn.close()
 
 
+def _artefact_method(embedder: Any) -> str | None:
+    """The 8-bit method an ONNX embedder's artefact was made with (None for float variants or torch)."""
+    folder = getattr(embedder, "artefact_dir", None)
+    if folder is None:
+        return None
+    try:
+        return json.loads((Path(folder) / "puremind_model.json").read_text(encoding="utf-8")).get("method")
+    except (OSError, ValueError):
+        return None
+
+
 class CachedEmbedder:
     """An Embedder that asks the real one only for texts the memo lacks (same fingerprint and precision, same
     vectors). The fingerprint leaves the precision out (an index's vectors may mix fp32 and int8), so the memo
@@ -533,6 +544,9 @@ class CachedEmbedder:
         self.cache = cache
         self.fingerprint = inner.fingerprint
         self._memo_key = f"{inner.fingerprint}|precision={getattr(inner, 'precision', None) or 'unknown'}"
+        method = _artefact_method(inner)
+        if method and method != "dynamic-per-channel":  # the memo's older int8 rows are per-channel
+            self._memo_key += f"|method={method}"
         self.dim = inner.dim
         self.languages = tuple(getattr(inner, "languages", ()) or ())  # the Searcher reads it
         self.computed = 0
@@ -1035,12 +1049,35 @@ def build_models(base: Any, choices: list[ModelChoice], variants: Sequence[str],
     for choice in choices:
         for variant in variants:
             settings = replace(base, embedder=choice.name, embedder_revision=choice.revision, variant=variant)
+            if variant == "int8" and INT8_METHOD:
+                export_int8(settings, INT8_METHOD)
             embedder = load_embedder(model_choice(settings, "embedder"), obtain=export_if_missing, progress=progress)
             if not embedder_passes_probe(embedder):
                 raise SystemExit(f"error: {choice.label} ({variant}) fails the relevance probe; "
                                  "refusing to report quality numbers for what look like random weights")
             runs.append(ModelRun(choice, variant, settings, CachedEmbedder(embedder, cache), reranker))
     return runs
+
+
+#: --int8-method: the 8-bit method the int8 variant is exported with for this run (None: the model's own)
+INT8_METHOD: str | None = None
+
+
+def export_int8(settings: Any, method: str) -> None:
+    """Export the int8 variant of the configured embedder with `method` into the run's home, replacing one made
+    otherwise; it is then loaded as `variant = "int8"` (forced: a variant the export keeps out still runs here)."""
+    import dataclasses as dc
+
+    from puremind.export import export_model
+    from puremind.models.loader import resolve, source_of
+    from puremind.models.manifest import FrozenDict
+    from puremind.services import model_choice
+
+    resolved = resolve(model_choice(settings, "embedder"))
+    spec = resolved.spec
+    int8 = dc.replace(spec.variants["int8"], method=method)
+    spec = dc.replace(spec, variants=FrozenDict({**spec.variants, "int8": int8}))
+    export_model(spec, source_of(resolved), settings.home, ["int8"], progress=progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1066,12 +1103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing")
     p.add_argument("--json", type=Path, help="write every per-query record (top 10 and metrics) here")
     p.add_argument("--write-results", action="store_true", help="write the section 'quality' of bench/RESULTS.md")
+    p.add_argument("--int8-method", default=None,
+                   help="export the int8 variant with this 8-bit method first (puremind.export.quantize.INT8_METHODS)")
     p.add_argument("--fusion", default="", metavar="FIELD=VALUE,...",
                    help="try other fusion parameters (RetrievalParams fields, e.g. cjk_weight=0.5,titles=false)")
     args = p.parse_args(argv)
     for item in filter(None, args.fusion.split(",")):
         name, _, value = item.partition("=")
         FUSION[name.strip()] = _fusion_value(value.strip())
+    global INT8_METHOD
+    INT8_METHOD = args.int8_method
     if not (args.longmemeval or args.scifact or args.multilingual):
         p.error("give at least one of --longmemeval, --scifact, --multilingual")
 

@@ -165,7 +165,11 @@ def _export_onnx(spec, source, home: Path, pending: list[str], specs: dict, resu
                 elif vspec.dtype == "int8":
                     method = vspec.method or "dynamic-per-channel"
                     progress(f"{label}: quantizing to int8 ({method})")
-                    _guard(spec, name, lambda: quantize_int8(base, tmp / "model.onnx", method, vspec.exclude_ops))
+                    # a static method calibrates its activation ranges on the probe set's inputs
+                    calibrated = {"calibration": lambda: calibration_feeds(spec, src_dir, base)} \
+                        if method.startswith("static-") else {}
+                    _guard(spec, name, lambda: quantize_int8(base, tmp / "model.onnx", method, vspec.exclude_ops,
+                                                             **calibrated))
                 elif vspec.dtype == "fp32":
                     progress(f"{label}: copying fp32")
                     for fname in ("model.onnx", EXTERNAL_DATA):
@@ -307,6 +311,30 @@ def check_fidelity(spec: Any, variant: str, folder: Path, meta: dict, reference:
     finally:
         model.close()
     return fidelity.fidelity_record(spec.role, expected, holder, provider=CPU)
+
+
+def calibration_feeds(spec: Any, src_dir: Path, model_path: Path):
+    """The inputs of the model at `model_path` for each probe text, one text per feed (a static int8 method's
+    calibration): passages and queries (with their prefixes) for an embedder, each query with its candidates for a
+    reranker."""
+    import numpy as np
+    import onnx
+
+    from puremind.models.batching import model_inputs
+    from puremind.models.tokenize import ModelMeta, TextEncoder
+
+    probe = fidelity.load_probe()
+    meta = ModelMeta.from_spec(dataclasses.replace(spec, max_tokens=min(spec.max_tokens, PROBE_MAX_TOKENS)))
+    encoder = TextEncoder(src_dir, meta)
+    names = [i.name for i in onnx.load(str(model_path), load_external_data=False).graph.input]
+    if spec.role == "embedder":
+        encoded = encoder.encode(list(probe.passages)) + encoder.encode(list(probe.queries), is_query=True)
+    else:
+        encoded = [e for qi, cands in fidelity.reranker_pairs(probe)
+                   for e in encoder.encode_pairs(probe.queries[qi], [probe.passages[i] for i in cands],
+                                                 max_chars=fidelity.PROBE_CHARS)]
+    for i, item in enumerate(encoded):
+        yield model_inputs(encoder.pad([item], np.asarray([i], dtype=np.int64)), names, src_dir)
 
 
 def report_fidelity(label: str, folder: Path, progress: Progress) -> None:

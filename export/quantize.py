@@ -9,6 +9,10 @@ Methods (the `method` of an int8 VariantSpec):
 - "matmul-nbits-8": `MatMulNBitsQuantizer`, 8-bit weights in blocks of 32 along the input dimension,
   activations stay float (weight-only, near lossless). `accuracy_level` 4 lets the kernel quantize
   activations to int8 per block as well ("matmul-nbits-8-acc4").
+- "static-per-channel": onnxruntime `quantize_static` (QDQ), per-channel QInt8 weights of the MatMuls and QUInt8
+  activations whose ranges are calibrated beforehand (MinMax) on the shipped probe set
+  (`puremind.models.fidelity`), so nothing is measured at run time. Needs `calibration`: the model's inputs for
+  the probe texts.
 
 bench/int8_methods.py measures them against fp32; the manifest names the one used.
 Node-name substrings in `exclude_ops` are kept in float: for Qwen3 the rotary and attention products, which
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 from puremind.errors import ModelError
 
@@ -29,6 +33,7 @@ INT8_METHODS = (
     "dynamic-per-tensor",
     "matmul-nbits-8",
     "matmul-nbits-8-acc4",
+    "static-per-channel",
 )
 #: protobuf cannot serialise one message over 2 GiB; bigger models keep their weights in model.onnx_data.
 PROTO_LIMIT = 2**31 - 1
@@ -84,11 +89,13 @@ def convert_fp16(src: Path, dst: Path) -> None:
     save_onnx(model, dst)
 
 
-def quantize_int8(src: Path, dst: Path, method: str, exclude_ops: Sequence[str] = ()) -> None:
+def quantize_int8(src: Path, dst: Path, method: str, exclude_ops: Sequence[str] = (),
+                  calibration: "Callable[[], Iterable[dict]] | None" = None) -> None:
     """Write an 8-bit variant of the fp32 model `src` to `dst` by `method` (see the module docstring).
+    `calibration()` gives the model's input feeds (one dict per text) for a static method.
 
     Raises:
-        ModelError: an unknown method.
+        ModelError: an unknown method, or a static method without calibration.
     """
     if method not in INT8_METHODS:
         raise ModelError(f"unknown int8 method {method!r}; known: {', '.join(INT8_METHODS)}")
@@ -100,6 +107,10 @@ def quantize_int8(src: Path, dst: Path, method: str, exclude_ops: Sequence[str] 
     try:
         if method.startswith("dynamic-"):
             _dynamic(src, dst, method, excluded)
+        elif method.startswith("static-"):
+            if calibration is None:
+                raise ModelError(f"int8 method {method!r} needs calibration inputs")
+            _static(src, dst, excluded, calibration)
         else:
             _nbits(src, dst, accuracy_level=4 if method.endswith("-acc4") else None, excluded=excluded)
     finally:
@@ -118,6 +129,32 @@ def _dynamic(src: Path, dst: Path, method: str, excluded: list[str]) -> None:
         nodes_to_exclude=excluded,
         # Only weights are quantized ahead of time; a MatMul of two activations (attention, rotary) stays
         # float. Explicit, because Optimum's presets turn this off and break Qwen3.
+        extra_options={"MatMulConstBOnly": True},
+    )
+
+
+def _static(src: Path, dst: Path, excluded: list[str], calibration) -> None:
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter(calibration())
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(
+        model_input=str(src),
+        model_output=str(dst),
+        calibration_data_reader=Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        activation_type=QuantType.QUInt8,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=excluded,
+        calibrate_method=CalibrationMethod.MinMax,
         extra_options={"MatMulConstBOnly": True},
     )
 

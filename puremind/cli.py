@@ -322,21 +322,26 @@ def _progress_bar():
     """A one-line progress bar on stderr when it is a terminal, else None."""
     if not sys.stderr.isatty():
         return None
+    from puremind.eta import Eta, progress_text
+
     state = {"last": 0.0}
+    eta = Eta()
 
     def show(done: int, total: int, name: str) -> None:
         import time
 
         now = time.monotonic()
+        eta.update(now, done, total)
         if done != total and now - state["last"] < 0.1:
             return
         state["last"] = now
         width = 30
         filled = int(width * done / max(total, 1))
         name = name if len(name) <= 40 else "..." + name[-37:]
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name:<40}")
+        rate = progress_text(eta)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}{rate} {name:<40}")
         if done == total:
-            sys.stderr.write("\r" + " " * (width + 55) + "\r")
+            sys.stderr.write("\r" + " " * (width + 90) + "\r")
         sys.stderr.flush()
 
     return show

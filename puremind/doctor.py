@@ -780,41 +780,67 @@ def _load(models: Any, role: str) -> tuple[Any, float]:
 
 
 def _time_embedder(models: Any, settings: Settings, index: dict[str, Any]) -> Check:
+    """Time the embedder on this vault's own notes, one note per call as `puremind index` embeds them, and
+    estimate a first index of the whole vault from it: its chunks times the seconds per chunk of the sample.
+    Without a vault, on synthetic passages of about 200 words, and the index's chunk count."""
     try:
         embedder, load_s = _load(models, "embedder")
-        passages = speed_passages(SPEED_PASSAGES)
-        embedder.embed(passages[:2])  # the first call opens the session (and checks the provider once)
+        embedder.embed(speed_passages(2))  # the first call opens the session (and checks the provider once)
+        notes = _vault_chunks(settings)
+        sample = _sample_notes(notes, SPEED_PASSAGES) if notes else [speed_passages(SPEED_PASSAGES)]
         started = time.perf_counter()
-        embedder.embed(passages)
+        for texts in sample:
+            embedder.embed(texts)
         seconds = time.perf_counter() - started
     except PuremindError as exc:
         return Check("speed", "embedder", WARN, f"embedder not timed: {exc.message}", exc.hint)
-    rate = SPEED_PASSAGES / max(seconds, 1e-9)
+    timed = sum(len(texts) for texts in sample)
+    rate = timed / max(seconds, 1e-9)
     precision = getattr(embedder, "precision", None) or "?"
-    chunks, where = _chunk_count(settings, index)
+    if notes:
+        chunks, where = sum(len(texts) for texts in notes), f"{len(notes)} notes of the vault"
+        on = f"{timed} chunks of {len(sample)} notes of the vault, a note per call as `puremind index` does"
+    else:
+        chunks, where = (int(index["chunks"]), "from the index") if index.get("chunks") else (None, "")
+        on = f"{timed} passages of ~200 words"
     figures = {"variant": precision, "load_s": round(load_s, 2), "passages_per_s": round(rate, 2),
-               "chunks": chunks, "estimated_index_s": round(chunks / rate, 1) if chunks is not None else None}
-    estimate = f"; embedding {chunks} chunks ({where}) takes about {_duration(chunks / rate)}" if chunks else ""
-    return Check("speed", "embedder", OK, f"{settings.embedder} ({precision}): {rate:.1f} passages/s of ~200 words "
+               "sampled_chunks": timed, "chunks": chunks,
+               "estimated_index_s": round(chunks / rate, 1) if chunks else None}
+    estimate = f"; a first index of its {chunks} chunks ({where}) takes about {_duration(chunks / rate)}" \
+        if chunks else ""
+    return Check("speed", "embedder", OK, f"{settings.embedder} ({precision}): {rate:.1f} chunks/s on {on} "
                  f"(loaded in {load_s:.1f} s){estimate}", figures=figures)
 
 
-def _chunk_count(settings: Settings, index: dict[str, Any]) -> tuple[int | None, str]:
-    """The chunks to embed: the index's count, else the vault walked and chunked (as `puremind index` would)."""
-    if index.get("chunks"):
-        return int(index["chunks"]), "from the index"
+def _vault_chunks(settings: Settings) -> list[list[str]]:
+    """Each note's chunk texts as the indexer embeds them (title and headings before the text); [] without a
+    vault."""
     if settings.vault is None or not settings.vault.is_dir():
-        return None, ""
+        return []
     from puremind import chunker
+    from puremind.indexer import embed_text
     from puremind.vault import read_note, walk_vault
 
-    total = 0
+    out = []
     for note in walk_vault(settings.vault).notes:
         try:
-            total += len(chunker.chunk_markdown(read_note(settings.vault, note).decode("utf-8", errors="replace")))
+            text = read_note(settings.vault, note).decode("utf-8", errors="replace")
         except PuremindError:
             continue
-    return total, "from the vault"
+        title = chunker.note_title(text, note.rel).title
+        texts = [embed_text(c, title) for c in chunker.chunk_markdown(text)]
+        if texts:
+            out.append(texts)
+    return out
+
+
+def _sample_notes(notes: list[list[str]], chunks: int) -> list[list[str]]:
+    """About `chunks` chunks' worth of notes, spread evenly over the vault (all notes if they hold fewer)."""
+    total = sum(len(texts) for texts in notes)
+    if total <= chunks:
+        return notes
+    k = max(1, min(len(notes), round(chunks * len(notes) / total)))
+    return [notes[(i * len(notes)) // k] for i in range(k)]
 
 
 def _duration(seconds: float) -> str:

@@ -588,3 +588,14 @@ def test_speed_times_the_models_it_is_given(capsys, vault, monkeypatch, fake_emb
     assert embed["status"] == "ok" and embed["figures"]["passages_per_s"] > 0 and embed["figures"]["chunks"] >= 3
     rerank = one(found, "speed", "reranker")
     assert rerank["status"] == "ok" and rerank["figures"]["pairs_per_s"] > 0
+
+
+def test_the_speed_sample_spreads_over_the_whole_vault():
+    from puremind.doctor import _sample_notes
+
+    notes = [[f"note {i} chunk {j}" for j in range(2)] for i in range(100)]
+    picked = _sample_notes(notes, 32)
+    assert sum(len(n) for n in picked) == 32
+    numbers = [int(n[0].split()[1]) for n in picked]
+    assert numbers[0] == 0 and numbers[-1] >= 90 and numbers == sorted(set(numbers))
+    assert _sample_notes(notes[:5], 32) == notes[:5]

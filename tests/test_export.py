@@ -196,6 +196,24 @@ def test_matmul_nbits_method_writes_weight_only_8_bit_blocks(home_copy, standins
     assert artefacts.read_artefact(out["int8"])["method"] == "matmul-nbits-8"
 
 
+def test_static_method_calibrates_activation_ranges_on_the_probe_set(home_copy, standins):
+    import onnx
+    from onnx import numpy_helper
+
+    spec = qwen3_spec(variants=variants("static-per-channel", QWEN3_EXCLUDE))
+    out = export_model(spec, standins["qwen3"], home_copy, ["int8"], progress=lambda _: None)
+    graph = onnx.load(str(out["int8"] / "model.onnx")).graph
+    quantize = [n for n in graph.node if n.op_type == "QuantizeLinear"]
+    assert quantize, "no activation is quantized"
+    # a calibrated activation scale is a constant written at export, not computed at run time
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    scales = [constants[n.input[1]] for n in quantize if n.input[1] in constants]
+    assert scales and all(float(np.min(s)) > 0 for s in scales)
+    assert not [n for n in graph.node if n.op_type == "DynamicQuantizeLinear"]
+    meta = artefacts.read_artefact(out["int8"])
+    assert meta["method"] == "static-per-channel" and meta["fidelity"]["status"] in ("ok", "kept-out")
+
+
 def test_a_second_export_skips_variants_already_verified(home_copy, standins):
     before = {v: (qdir(home_copy, standins["qwen3"], v) / "model.onnx").stat().st_ino for v in ("fp32", "int8")}
     lines: list[str] = []

@@ -28,7 +28,7 @@ PADDING_SIDES = ("left", "right")
 ACTIVATIONS = ("sigmoid",)
 VARIANT_NAMES = ("fp32", "fp16", "int8", "coreml")
 DTYPES = ("fp32", "fp16", "int8")
-INT8_METHODS = ("dynamic-per-channel", "dynamic-per-tensor", "matmul-nbits-8")
+INT8_METHODS = ("dynamic-per-channel", "dynamic-per-tensor", "matmul-nbits-8", "static-per-channel")
 
 _KEY_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
@@ -58,7 +58,7 @@ class VariantSpec:
 
     name: str  # "fp32" | "fp16" | "int8" | "coreml"
     dtype: str  # "fp32" | "fp16" | "int8"
-    method: str | None = None  # int8 only: "dynamic-per-channel" | "dynamic-per-tensor" | "matmul-nbits-8"
+    method: str | None = None  # int8 only: one of INT8_METHODS
     exclude_ops: tuple[str, ...] = ()  # node-name substrings left in float
     providers: tuple[str, ...] = ()  # execution providers this variant suits
 

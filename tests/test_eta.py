@@ -1,0 +1,43 @@
+"""The progress line's rate and time left (puremind.eta): pure arithmetic on (time, notes done)."""
+
+from __future__ import annotations
+
+import pytest
+
+from puremind.eta import MIN_NOTES, MIN_SECONDS, Eta, clock, progress_text
+
+
+def test_a_steady_run_is_estimated_from_its_own_rate():
+    eta = Eta()
+    for done in range(1, 101):
+        eta.update(100.0 + 0.5 * done, done, 200)  # two notes a second
+    # the 100th note starts now: 99 are finished in 49.5 s, 101 are left
+    assert eta.rate() == pytest.approx(2.0)
+    assert eta.remaining() == pytest.approx(50.5)
+    assert progress_text(eta) == " 2.0 notes/s, 50 s left"
+
+
+def test_no_estimate_before_a_few_seconds_and_a_few_notes():
+    eta = Eta()
+    eta.update(0.0, 1, 100)
+    eta.update(MIN_SECONDS / 2, MIN_NOTES + 5, 100)
+    assert eta.rate() is None and eta.remaining() is None and progress_text(eta) == ""
+    eta = Eta()
+    eta.update(0.0, 1, 100)
+    eta.update(MIN_SECONDS * 10, MIN_NOTES - 1, 100)
+    assert eta.remaining() is None
+
+
+def test_a_new_run_through_the_same_line_starts_a_new_estimate():
+    eta = Eta()
+    for done in range(1, 51):
+        eta.update(float(done), done, 50)  # one note a second
+    for done in range(1, 41):
+        eta.update(1000.0 + 0.1 * done, done, 40)  # ten notes a second
+    assert eta.rate() == pytest.approx(10.0)
+
+
+def test_times_read_as_a_person_reads_them():
+    assert clock(42.4) == "42 s"
+    assert clock(185) == "3 min 05 s"
+    assert clock(4320) == "1 h 12 min"
