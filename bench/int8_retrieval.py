@@ -51,11 +51,14 @@ def hybrid_cell(text: str, heading: str, variant: str, column: int = -1) -> floa
 
 
 def run_quality(data: Path, embedder: Path, variant: str, method: str | None, home: Path,
-                lme_questions: int) -> dict:
+                lme_questions: int, scifact: bool, max_queries: int | None) -> dict:
     cmd = [sys.executable, str(ROOT / "bench" / "quality.py"),
            "--multilingual", str(data / "birkin-mnemosyne-retrieval"), "--split", "dev",
-           "--scifact", str(data / "scifact"), "--scifact-split", "train",
            "--embedder", str(embedder), "--variants", variant]
+    if scifact:
+        cmd += ["--scifact", str(data / "scifact"), "--scifact-split", "train"]
+    if max_queries:
+        cmd += ["--max-queries", str(max_queries)]
     if lme_questions:
         cmd += ["--longmemeval", str(data / "longmemeval" / "longmemeval_s_cleaned_subset80.json"),
                 "--chunking", "exchange", "--max-queries", str(lme_questions)]
@@ -69,7 +72,7 @@ def run_quality(data: Path, embedder: Path, variant: str, method: str | None, ho
     text = done.stdout
     return {
         "six-language R@5": hybrid_cell(text, "Recall@5 per language:", variant),
-        "SciFact nDCG@10": hybrid_cell(text, "### SciFact", variant, 2),
+        "SciFact nDCG@10": hybrid_cell(text, "### SciFact", variant, 2) if scifact else None,
         "LongMemEval R@5": hybrid_cell(text, "### LongMemEval", variant, 2) if lme_questions else None,
         "seconds": time.monotonic() - started,
     }
@@ -105,25 +108,32 @@ def main() -> None:
     parser.add_argument("--embedder", type=Path, nargs="+", default=None)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--lme-questions", type=int, default=0)
+    parser.add_argument("--scifact-embedders", type=int, default=None,
+                        help="SciFact for the first N embedders only (its 5,183 abstracts are embedded per variant)")
+    parser.add_argument("--max-queries", type=int, default=None, help="the first N queries of each set")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
     embedders = args.embedder or [Path(minilm_dir())]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for embedder in embedders:
+        for n, embedder in enumerate(embedders):
             home = Path(tmp) / embedder.name
-            base = run_quality(args.data, embedder, "fp32", None, home, args.lme_questions)
+            scifact = args.scifact_embedders is None or n < args.scifact_embedders
+            base = run_quality(args.data, embedder, "fp32", None, home, args.lme_questions, scifact,
+                               args.max_queries)
             base["speed"] = speed(args.data, embedder, home, "fp32")
             rows.append((embedder.name, "fp32", base, base))
             print(rows[-1], flush=True)
             for method in args.methods:
-                got = run_quality(args.data, embedder, "int8", method, home, args.lme_questions)
+                got = run_quality(args.data, embedder, "int8", method, home, args.lme_questions, scifact,
+                                  args.max_queries)
                 got["speed"] = speed(args.data, embedder, home, "int8")
                 rows.append((embedder.name, method, got, base))
                 print(rows[-1], flush=True)
     sets = ["six-language R@5", "SciFact nDCG@10"] + (["LongMemEval R@5"] if args.lme_questions else [])
     lines = [
         "Hybrid RRF, no reranker, dev parts (six-language dev split, SciFact train queries"
+        + (f", the first {args.max_queries} queries of each" if args.max_queries else "")
         + (f", the first {args.lme_questions} LongMemEval questions, exchange chunking" if args.lme_questions else "")
         + "). Each int8 row: the figure and its difference to fp32; speed in passages/s on 64 SciFact abstracts "
         "(2 threads, batches of 16, best of 3).",
@@ -148,9 +158,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write_results:
-        command = "python bench/int8_retrieval.py --data " + str(args.data) + (
-            " --embedder " + " ".join(str(e) for e in args.embedder) if args.embedder else "") + (
-            f" --lme-questions {args.lme_questions}" if args.lme_questions else "") + " --write-results"
+        command = "python bench/int8_retrieval.py " + " ".join(sys.argv[1:])
         write_section(SECTION, command, text)
 
 

@@ -780,26 +780,30 @@ def _load(models: Any, role: str) -> tuple[Any, float]:
 
 
 def _time_embedder(models: Any, settings: Settings, index: dict[str, Any]) -> Check:
-    """Time the embedder on this vault's own notes, one note per call as `puremind index` embeds them, and
-    estimate a first index of the whole vault from it: its chunks times the seconds per chunk of the sample.
-    Without a vault, on synthetic passages of about 200 words, and the index's chunk count."""
+    """Time a first index of a sample of this vault's notes, spread evenly over it, through the real indexer into a
+    temporary index (read, chunk, embed one note per call, write), and estimate a first index of the whole vault
+    from it: its chunks at the sample's pace. Without a vault, the embedder alone on synthetic passages of about
+    200 words, and the index's chunk count."""
     try:
         embedder, load_s = _load(models, "embedder")
         embedder.embed(speed_passages(2))  # the first call opens the session (and checks the provider once)
         notes = _vault_chunks(settings)
-        sample = _sample_notes(notes, SPEED_PASSAGES) if notes else [speed_passages(SPEED_PASSAGES)]
-        started = time.perf_counter()
-        for texts in sample:
-            embedder.embed(texts)
-        seconds = time.perf_counter() - started
+        if notes:
+            sample = _sample_notes(notes, SPEED_PASSAGES)
+            seconds = _index_sample(settings.vault, [rel for rel, _ in sample], embedder)
+            timed = sum(len(texts) for _, texts in sample)
+        else:
+            passages = speed_passages(SPEED_PASSAGES)
+            started = time.perf_counter()
+            embedder.embed(passages)
+            seconds, timed = time.perf_counter() - started, len(passages)
     except PuremindError as exc:
         return Check("speed", "embedder", WARN, f"embedder not timed: {exc.message}", exc.hint)
-    timed = sum(len(texts) for texts in sample)
     rate = timed / max(seconds, 1e-9)
     precision = getattr(embedder, "precision", None) or "?"
     if notes:
-        chunks, where = sum(len(texts) for texts in notes), f"{len(notes)} notes of the vault"
-        on = f"{timed} chunks of {len(sample)} notes of the vault, a note per call as `puremind index` does"
+        chunks, where = sum(len(texts) for _, texts in notes), f"{len(notes)} notes of the vault"
+        on = f"a first index of {len(sample)} notes of the vault ({timed} chunks) into a temporary index"
     else:
         chunks, where = (int(index["chunks"]), "from the index") if index.get("chunks") else (None, "")
         on = f"{timed} passages of ~200 words"
@@ -812,9 +816,31 @@ def _time_embedder(models: Any, settings: Settings, index: dict[str, Any]) -> Ch
                  f"(loaded in {load_s:.1f} s){estimate}", figures=figures)
 
 
-def _vault_chunks(settings: Settings) -> list[list[str]]:
-    """Each note's chunk texts as the indexer embeds them (title and headings before the text); [] without a
-    vault."""
+def _index_sample(vault: Path, rels: list[str], embedder: Any) -> float:
+    """Seconds a first index of the notes `rels` of `vault` takes, copied into a temporary vault and indexed into a
+    temporary index that is removed afterwards (the real index is not touched)."""
+    import shutil
+    import tempfile
+
+    from puremind.indexer import index_vault
+    from puremind.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="puremind-doctor-") as tmp:
+        sample = Path(tmp) / "vault"
+        for rel in rels:
+            (sample / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(vault / rel, sample / rel)
+        store = Store.open(Path(tmp) / "index.sqlite")
+        try:
+            started = time.perf_counter()
+            index_vault(store, sample, embedder=embedder)
+            return time.perf_counter() - started
+        finally:
+            store.close()
+
+
+def _vault_chunks(settings: Settings) -> list[tuple[str, list[str]]]:
+    """(path in the vault, its chunk texts as the indexer embeds them) for every note; [] without a vault."""
     if settings.vault is None or not settings.vault.is_dir():
         return []
     from puremind import chunker
@@ -830,13 +856,14 @@ def _vault_chunks(settings: Settings) -> list[list[str]]:
         title = chunker.note_title(text, note.rel).title
         texts = [embed_text(c, title) for c in chunker.chunk_markdown(text)]
         if texts:
-            out.append(texts)
+            out.append((note.rel, texts))
     return out
 
 
-def _sample_notes(notes: list[list[str]], chunks: int) -> list[list[str]]:
-    """About `chunks` chunks' worth of notes, spread evenly over the vault (all notes if they hold fewer)."""
-    total = sum(len(texts) for texts in notes)
+def _sample_notes(notes: list, chunks: int) -> list:
+    """About `chunks` chunks' worth of notes ((path, chunk texts) pairs), spread evenly over the vault (all notes
+    if they hold fewer)."""
+    total = sum(len(texts) for _, texts in notes)
     if total <= chunks:
         return notes
     k = max(1, min(len(notes), round(chunks * len(notes) / total)))

@@ -593,9 +593,9 @@ def test_speed_times_the_models_it_is_given(capsys, vault, monkeypatch, fake_emb
 def test_the_speed_sample_spreads_over_the_whole_vault():
     from puremind.doctor import _sample_notes
 
-    notes = [[f"note {i} chunk {j}" for j in range(2)] for i in range(100)]
+    notes = [(f"n{i}.md", [f"note {i} chunk {j}" for j in range(2)]) for i in range(100)]
     picked = _sample_notes(notes, 32)
-    assert sum(len(n) for n in picked) == 32
-    numbers = [int(n[0].split()[1]) for n in picked]
+    assert sum(len(texts) for _, texts in picked) == 32
+    numbers = [int(rel[1:-3]) for rel, _ in picked]
     assert numbers[0] == 0 and numbers[-1] >= 90 and numbers == sorted(set(numbers))
     assert _sample_notes(notes[:5], 32) == notes[:5]

@@ -293,7 +293,16 @@ def test_per_tensor_int8_minilm_is_kept_out_at_export_with_one_warning_naming_th
     assert _meta(home, source, "fp32")["fidelity"]["status"] == "ok"
 
 
-def test_a_kept_out_int8_is_passed_over_for_fp32_on_the_cpu_but_can_still_be_forced(minilm_home):
+@pytest.fixture
+def int8_on_the_cpu(monkeypatch):
+    """MiniLM's family runs fp32 on the CPU (chosen on retrieval); these tests need a model whose CPU default is
+    int8, as every other model's is."""
+    from puremind.models import folder_spec
+
+    monkeypatch.setattr(folder_spec, "CPU_VARIANT_BY_FAMILY", {})
+
+
+def test_a_kept_out_int8_is_passed_over_for_fp32_on_the_cpu_but_can_still_be_forced(minilm_home, int8_on_the_cpu):
     from puremind.models.loader import load_embedder
 
     home, source, _ = minilm_home
@@ -301,7 +310,7 @@ def test_a_kept_out_int8_is_passed_over_for_fp32_on_the_cpu_but_can_still_be_for
     assert load_embedder(_choice(home, source, device="cpu", variant="int8")).precision == "int8"
 
 
-def test_per_channel_int8_minilm_passes_the_gate_and_serves_on_the_cpu(minilm_home, tmp_path):
+def test_per_channel_int8_minilm_passes_the_gate_and_serves_on_the_cpu(minilm_home, tmp_path, int8_on_the_cpu):
     from puremind.export import export_model
     from puremind.models.loader import load_embedder
 

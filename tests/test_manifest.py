@@ -247,7 +247,17 @@ def test_the_real_all_minilm_l6_v2_folder_reads_as_mean_pooled_normalised_384_di
     assert spec.key == "sentence-transformers--all-minilm-l6-v2" and spec.revision is None
     assert spec.hub_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert {"config.json", "model.safetensors", "tokenizer.json", "1_Pooling/config.json"} <= set(spec.files)
-    assert set(spec.variants) == {"fp32", "fp16", "int8"} and spec.default_variant["CPUExecutionProvider"] == "int8"
+    assert set(spec.variants) == {"fp32", "fp16", "int8"} and spec.variants["int8"].method == "dynamic-per-channel"
+    # its family's CPU variant, chosen on retrieval (bench/RESULTS.md, int8-retrieval)
+    assert spec.default_variant["CPUExecutionProvider"] == "fp32"
+
+
+def test_a_model_of_an_unmeasured_family_runs_int8_on_the_cpu():
+    from puremind.models.folder_spec import cpu_variant
+
+    assert cpu_variant({"_name_or_path": "intfloat/multilingual-e5-small"}) == "int8"
+    assert cpu_variant({"_name_or_path": "nreimers/MiniLM-L6-H384-uncased"}) == "fp32"
+    assert cpu_variant({}) == "int8"
 
 
 def test_config_overrides_win_over_the_model_folder():

@@ -39,6 +39,13 @@ _OFFSET_POSITIONS = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "m
 #: models (Qwen3 gives NaN without this). They match nothing in encoder exports (BERT names them attention/self).
 _DECODER_EXCLUDE_OPS = ("/rotary_emb/MatMul", "/self_attn/MatMul")
 _DEFAULT_VARIANT = {"CPUExecutionProvider": "int8", "CUDAExecutionProvider": "fp16", "CoreMLExecutionProvider": "fp16"}
+#: The variant a model family runs on the CPU where it was measured on retrieval (bench/RESULTS.md, section
+#: int8-retrieval): the fastest within 0.005 of fp32 on every dev set. A family is the base model its config.json
+#: names (`_name_or_path`). MiniLM-L6-H384 (all-MiniLM-L6-v2): dynamic per-channel int8 fell 0.012 Recall@5 on the
+#: six-language dev split (2 of 168 queries) and static int8 further; MatMulNBits 8-bit kept fp32's figures but
+#: indexed slower than fp32 (131 s against 106 s for 2,000 notes), so fp32 serves. Every other model runs int8
+#: (dynamic per-channel; multilingual-e5-small: within 0.000 at 1.9 times fp32's speed), behind the export's check.
+CPU_VARIANT_BY_FAMILY = {"nreimers/minilm-l6-h384-uncased": "fp32"}
 
 
 def generic_spec(name: str, model_dir: Path, *, role: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
@@ -125,9 +132,16 @@ def generic_spec(name: str, model_dir: Path, *, role: str, overrides: Mapping[st
             int8=VariantSpec("int8", "int8", method="dynamic-per-channel", exclude_ops=_DECODER_EXCLUDE_OPS,
                              providers=("CPUExecutionProvider",)),
         ),
-        default_variant=FrozenDict(_DEFAULT_VARIANT),
+        default_variant=FrozenDict({**_DEFAULT_VARIANT, "CPUExecutionProvider": cpu_variant(config)}),
         languages=_card_languages(model_dir),
     )
+
+
+def cpu_variant(config: Mapping[str, Any]) -> str:
+    """The variant a model of this config.json runs on the CPU: its family's measured one, else int8."""
+    family = config.get("_name_or_path")
+    default = _DEFAULT_VARIANT["CPUExecutionProvider"]
+    return CPU_VARIANT_BY_FAMILY.get(family.casefold(), default) if isinstance(family, str) else default
 
 
 def _card_languages(model_dir: Path) -> tuple[str, ...]:
