@@ -35,6 +35,8 @@ from scripts.standins import minilm_dir  # noqa: E402
 
 SECTION = "int8-retrieval"
 METHODS = ("dynamic-per-channel", "matmul-nbits-8", "static-per-channel")
+#: --no-six-language: leave the six-language set out (a LongMemEval-only run)
+SIX_LANGUAGE = True
 
 
 def hybrid_cell(text: str, heading: str, variant: str, column: int = -1) -> float | None:
@@ -52,9 +54,9 @@ def hybrid_cell(text: str, heading: str, variant: str, column: int = -1) -> floa
 
 def run_quality(data: Path, embedder: Path, variant: str, method: str | None, home: Path,
                 lme_questions: int, scifact: bool, max_queries: int | None) -> dict:
-    cmd = [sys.executable, str(ROOT / "bench" / "quality.py"),
-           "--multilingual", str(data / "birkin-mnemosyne-retrieval"), "--split", "dev",
-           "--embedder", str(embedder), "--variants", variant]
+    cmd = [sys.executable, str(ROOT / "bench" / "quality.py"), "--embedder", str(embedder), "--variants", variant]
+    if SIX_LANGUAGE:
+        cmd += ["--multilingual", str(data / "birkin-mnemosyne-retrieval"), "--split", "dev"]
     if scifact:
         cmd += ["--scifact", str(data / "scifact"), "--scifact-split", "train"]
     if max_queries:
@@ -71,7 +73,7 @@ def run_quality(data: Path, embedder: Path, variant: str, method: str | None, ho
         raise SystemExit(f"quality.py failed ({variant} {method}):\n{done.stderr[-2000:]}")
     text = done.stdout
     return {
-        "six-language R@5": hybrid_cell(text, "Recall@5 per language:", variant),
+        "six-language R@5": hybrid_cell(text, "Recall@5 per language:", variant) if SIX_LANGUAGE else None,
         "SciFact nDCG@10": hybrid_cell(text, "### SciFact", variant, 2) if scifact else None,
         "LongMemEval R@5": hybrid_cell(text, "### LongMemEval", variant, 2) if lme_questions else None,
         "seconds": time.monotonic() - started,
@@ -111,8 +113,11 @@ def main() -> None:
     parser.add_argument("--scifact-embedders", type=int, default=None,
                         help="SciFact for the first N embedders only (its 5,183 abstracts are embedded per variant)")
     parser.add_argument("--max-queries", type=int, default=None, help="the first N queries of each set")
+    parser.add_argument("--no-six-language", action="store_true", help="leave the six-language set out")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args()
+    global SIX_LANGUAGE
+    SIX_LANGUAGE = not args.no_six_language
     embedders = args.embedder or [Path(minilm_dir())]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,11 +135,17 @@ def main() -> None:
                 got["speed"] = speed(args.data, embedder, home, "int8")
                 rows.append((embedder.name, method, got, base))
                 print(rows[-1], flush=True)
-    sets = ["six-language R@5", "SciFact nDCG@10"] + (["LongMemEval R@5"] if args.lme_questions else [])
+    sets = (["six-language R@5"] if SIX_LANGUAGE else []) + (["SciFact nDCG@10"] if args.scifact_embedders != 0 else []) \
+        + (["LongMemEval R@5"] if args.lme_questions else [])
     lines = [
-        "Hybrid RRF, no reranker, dev parts (six-language dev split, SciFact train queries"
-        + (f", the first {args.max_queries} queries of each" if args.max_queries else "")
-        + (f", the first {args.lme_questions} LongMemEval questions, exchange chunking" if args.lme_questions else "")
+        "Hybrid RRF, no reranker, dev parts ("
+        + ", ".join(part for part, on in (
+            ("six-language dev split", SIX_LANGUAGE),
+            ("SciFact train queries" + (f" (SciFact for the first {args.scifact_embedders} embedder(s))"
+                                        if args.scifact_embedders else ""), args.scifact_embedders != 0),
+            (f"the first {args.lme_questions} LongMemEval questions, exchange chunking", bool(args.lme_questions)),
+        ) if on)
+        + (f"; the first {args.max_queries} queries of each set" if args.max_queries else "")
         + "). Each int8 row: the figure and its difference to fp32; speed in passages/s on 64 SciFact abstracts "
         "(2 threads, batches of 16, best of 3).",
         "",
@@ -159,7 +170,7 @@ def main() -> None:
     print(text)
     if args.write_results:
         command = "python bench/int8_retrieval.py " + " ".join(sys.argv[1:])
-        write_section(SECTION, command, text)
+        write_section(SECTION + ("-lme" if not SIX_LANGUAGE else ""), command, text)
 
 
 if __name__ == "__main__":

@@ -291,12 +291,25 @@ def check_fidelity(spec: Any, variant: str, folder: Path, meta: dict, reference:
     Raises:
         ModelError: the reference or the variant cannot be run.
     """
-    from puremind.models.onnx_backend import OnnxEmbedder, OnnxReranker
     from puremind.models.providers import CPU
 
     label = f"{spec.key} {variant}"
     expected = reference.outputs(progress, label)
     progress(f"{label}: checking it against the reference on the probe set")
+    outputs = run_variant_probe(spec, variant, folder, meta)
+    return fidelity.fidelity_record(spec.role, expected, outputs, provider=CPU,
+                                    reference_label=getattr(reference, "label", fidelity.TORCH_REFERENCE))
+
+
+def run_variant_probe(spec: Any, variant: str, folder: Path, meta: dict) -> dict:
+    """The outputs of the ONNX variant in `folder` (described by `meta`) on the probe set, on the CPU.
+
+    Raises:
+        ModelError: the variant cannot be run.
+    """
+    from puremind.models.onnx_backend import OnnxEmbedder, OnnxReranker
+    from puremind.models.providers import CPU
+
     if spec.role == "embedder":
         model: Any = OnnxEmbedder(folder, providers=[CPU], max_tokens=PROBE_MAX_TOKENS, fingerprint="probe",
                                   meta=meta)
@@ -310,7 +323,7 @@ def check_fidelity(spec: Any, variant: str, folder: Path, meta: dict, reference:
         _guard(spec, variant, lambda: holder.update(fidelity.run_probe(model, spec.role)))
     finally:
         model.close()
-    return fidelity.fidelity_record(spec.role, expected, holder, provider=CPU)
+    return holder
 
 
 def calibration_feeds(spec: Any, src_dir: Path, model_path: Path):
@@ -337,17 +350,18 @@ def calibration_feeds(spec: Any, src_dir: Path, model_path: Path):
         yield model_inputs(encoder.pad([item], np.asarray([i], dtype=np.int64)), names, src_dir)
 
 
-def report_fidelity(label: str, folder: Path, progress: Progress) -> None:
-    """One line on how an exported variant compares with the reference; a `warning:` line when it is kept out."""
+def report_fidelity(label: str, folder: Path, progress: Progress, against: str = "the source model") -> None:
+    """One line on how an exported variant compares with the reference (`against` names it); a `warning:` line
+    when it is kept out."""
     meta = artefacts.read_artefact(folder, verify=False)
     fid = meta.get("fidelity") or {}
     figures = ", ".join(f"{k} {v:g}" for k, v in (fid.get("figures") or {}).items() if v is not None)
     if fidelity.kept_out(meta):
-        progress(f"warning: {label} is kept out: {fidelity.describe_shortfalls(meta)} against the source model "
+        progress(f"warning: {label} is kept out: {fidelity.describe_shortfalls(meta)} against {against} "
                  f"on the probe set; the next variant serves instead ([models] variant = \"{meta.get('variant')}\" "
                  "forces it)")
     elif fid.get("status") == "ok":
-        progress(f"{label}: matches the source model on the probe set ({figures})")
+        progress(f"{label}: matches {against} on the probe set ({figures})")
 
 
 def smoke_test(model_path: Path, spec, variant: str) -> tuple[list[str], list[str]]:

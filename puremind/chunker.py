@@ -661,7 +661,8 @@ def _section_chunks(doc: _Doc, section: _Section, max_chars: int, overlap: float
 
 # --- titles ------------------------------------------------------------------------------------------------------
 
-#: At most this many aliases of a note are searchable, each cut to MAX_TITLE_CHARS.
+#: At most this many frontmatter aliases of a note are searchable, each cut to MAX_TITLE_CHARS (the file name, when
+#: it is not the title, is one more).
 MAX_ALIASES = 20
 MAX_TITLE_CHARS = 300
 
@@ -669,32 +670,44 @@ MAX_TITLE_CHARS = 300
 @dataclass(frozen=True)
 class NoteTitle:
     """What a note is called: its title (frontmatter `title`, else its first `#` heading, else its file name
-    without the extension) and its frontmatter `aliases` (Obsidian's key; `alias` too)."""
+    without the extension) and its other names: its frontmatter `aliases` (Obsidian's key; `alias` too), then its
+    file name without the extension when that is not the title."""
 
     title: str
     aliases: tuple[str, ...] = ()
 
 
 def note_title(text: str, rel: str) -> NoteTitle:
-    """The title and aliases of the note at vault-relative path `rel` with content `text`."""
+    """The title and aliases of the note at vault-relative path `rel` with content `text`. The file name stays a
+    name of the note whatever the frontmatter or the heading call it (`v1.8.9.md` titled "1.8.9" is found by
+    `v1.8.9`: people ask for a note by the name their file browser shows); a name is left out when it repeats
+    one before it, compared as titles are (case and runs of whitespace aside)."""
     lines = _normalise(text).split("\n")
     doc = _scan(lines)
     fields = _frontmatter_fields(lines, doc.frontmatter) if doc.frontmatter else {}
+    name = unicodedata.normalize("NFC", rel.rsplit("/", 1)[-1])
+    stem, dot, _ = name.rpartition(".")
+    stem = (stem if dot and stem else name)[:MAX_TITLE_CHARS]
     title = next((v for v in fields.get("title", []) if v), "")
     if not title:
         title = next((t for _, (level, t) in sorted(doc.headings.items()) if level == 1 and t), "")
-    if not title:
-        name = unicodedata.normalize("NFC", rel.rsplit("/", 1)[-1])
-        stem, dot, _ = name.rpartition(".")
-        title = stem if dot and stem else name
-    seen = {title.casefold()}
+    title = (title or stem)[:MAX_TITLE_CHARS]
+    seen = {_name_key(title)}
     aliases = []
     for alias in [*fields.get("aliases", []), *fields.get("alias", [])]:
         alias = alias[:MAX_TITLE_CHARS]
-        if alias and alias.casefold() not in seen and len(aliases) < MAX_ALIASES:
-            seen.add(alias.casefold())
+        if alias and _name_key(alias) not in seen and len(aliases) < MAX_ALIASES:
+            seen.add(_name_key(alias))
             aliases.append(alias)
-    return NoteTitle(title[:MAX_TITLE_CHARS], tuple(aliases))
+    if stem.strip() and _name_key(stem) not in seen:
+        aliases.append(stem)
+    return NoteTitle(title, tuple(aliases))
+
+
+def _name_key(name: str) -> str:
+    """A name as titles are compared (puremind.store.title_key; names here are NFC already): casefolded, runs of
+    whitespace as one space."""
+    return " ".join(name.split()).casefold()
 
 
 _FIELD_RE = re.compile(r"([A-Za-z_][\w-]*)[ \t]*:(?:[ \t]+(.*))?")

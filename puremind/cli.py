@@ -116,11 +116,12 @@ def _settings(**flags: Any):
 def init(
     vault_dir: Path = typer.Argument(..., help="The folder of Markdown notes to index (an Obsidian vault works as is)."),
     force: bool = typer.Option(False, "--force", help="Rewrite an existing config.toml, keeping its settings."),
+    light: bool = typer.Option(False, "--light", help="The light profile for a CPU: the small multilingual embedder intfloat/multilingual-e5-small."),
 ) -> None:
     """Write ~/.puremind/config.toml (PUREMIND_HOME overrides the folder)."""
     from puremind.config import write_config
 
-    path, moved = write_config(vault_dir, force=force)
+    path, moved = write_config(vault_dir, force=force, light=light)
     if moved is not None:
         _notice(f"warning: the old config file could not be read; it was kept as {moved}")
     typer.echo(f"wrote {path}")
@@ -135,14 +136,32 @@ def index(
     allow_removals: bool = typer.Option(False, "--allow-removals", help="Remove missing notes even when the vault looks empty or most of it is missing (held back otherwise)."),
 ) -> None:
     """Index the vault incrementally: only notes whose content changed are read and embedded again."""
+    from puremind.progress import progress_display
     from puremind.services import build_models, lower_priority, run_index
 
     _in_own_session()
     settings = _settings(vault=vault_dir)
     lower_priority()  # an index run yields the CPU to the user's other work
     models = build_models(settings, progress=_notice, indexing=True)  # loaded only when the run needs one
-    report = run_index(settings, rebuild=rebuild, allow_removals=allow_removals, progress=_progress_bar(),
-                       notice=_notice, models=models)
+    global _display
+    display = _display = progress_display()
+    try:
+        report = run_index(settings, rebuild=rebuild, allow_removals=allow_removals, progress=display,
+                           notice=_notice, models=models)
+    except PuremindError as exc:
+        # The model could not be had after the keyword phase: say what the run did, then the error.
+        if display is not None:
+            display.close()
+        if getattr(exc, "report", None) is not None:
+            _report_lines(exc.report)
+        raise
+    finally:
+        if display is not None:
+            display.close()
+    _report_lines(report)
+
+
+def _report_lines(report) -> None:
     for warning in report.warnings:
         _notice(f"warning: {warning}")
     typer.echo(report.summary())
@@ -173,17 +192,18 @@ def search(
 
 
 def render_search_lines(result) -> list[str]:
-    """The terminal's lines for one search (a puremind.results.SearchResult)."""
-    from puremind.results import SCORE_LABELS
+    """The terminal's lines for one search (a puremind.results.SearchResult): `puremind search` and `puremind demo`
+    print these, each score with the label of its kind (puremind.results.score_text), as the MCP text block does."""
+    from puremind.results import score_text
 
     if not result.results:
         return [f"nothing found for {result.query!r}"]
     lines: list[str] = []
     for p in result.results:
-        label = SCORE_LABELS[p.score_kind]
         crumb = " > ".join(p.heading_path)
         path = p.path.replace("\n", "\\n")
-        lines.append(f"{p.rank}. {path}:{p.start_line}  (lines {p.start_line}-{p.end_line})  {label} {p.score:.4g}")
+        lines.append(f"{p.rank}. {path}:{p.start_line}  (lines {p.start_line}-{p.end_line})  "
+                     f"{score_text(p.score_kind, p.score)}")
         if crumb:
             lines.append(f"   {crumb}")
         excerpt = " ".join(p.excerpt.split())
@@ -236,13 +256,26 @@ def watch(
     ),
 ) -> None:
     """Index the vault, then again each time it has been quiet for --debounce seconds after a change; Ctrl-C stops."""
+    from puremind.progress import progress_display
     from puremind.services import build_models, lower_priority, run_watch
 
     _in_own_session()
     settings = _settings(vault=vault_dir)
     lower_priority()  # a watcher yields the CPU to the user's other work
-    run_watch(settings, debounce=debounce, say=typer.echo, notice=_notice, progress=_progress_bar(),
-              models=build_models(settings, progress=_notice, indexing=True))
+    global _display
+    display = _display = progress_display()
+
+    def say(line: str) -> None:
+        if display is not None:
+            display.close()  # a run's summary replaces its bar
+        typer.echo(line)
+
+    try:
+        run_watch(settings, debounce=debounce, say=say, notice=_notice, progress=display,
+                  models=build_models(settings, progress=_notice, indexing=True))
+    finally:
+        if display is not None:
+            display.close()
 
 
 @app.command("export-models")
@@ -313,38 +346,15 @@ def render_doctor_lines(report) -> list[str]:
     return lines
 
 
+#: the progress display of the running `index` or `watch`, cleared before a notice is printed
+_display = None
+
+
 def _notice(message: str) -> None:
     """A line for the person at the terminal, on stderr so that stdout stays parseable."""
+    if _display is not None:
+        _display.close()
     typer.echo(message, err=True)
-
-
-def _progress_bar():
-    """A one-line progress bar on stderr when it is a terminal, else None."""
-    if not sys.stderr.isatty():
-        return None
-    from puremind.eta import Eta, progress_text
-
-    state = {"last": 0.0}
-    eta = Eta()
-
-    def show(done: int, total: int, name: str) -> None:
-        import time
-
-        now = time.monotonic()
-        eta.update(now, done, total)
-        if done != total and now - state["last"] < 0.1:
-            return
-        state["last"] = now
-        width = 30
-        filled = int(width * done / max(total, 1))
-        name = name if len(name) <= 40 else "..." + name[-37:]
-        rate = progress_text(eta)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}{rate} {name:<40}")
-        if done == total:
-            sys.stderr.write("\r" + " " * (width + 90) + "\r")
-        sys.stderr.flush()
-
-    return show
 
 
 inbox_app = typer.Typer(

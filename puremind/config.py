@@ -13,6 +13,9 @@ from puremind.errors import ConfigError
 
 DEFAULT_EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"
 DEFAULT_EMBEDDER_REVISION = "97b0c614be4d77ee51c0cef4e5f07c00f9eb65b3"
+#: the light profile's embedder (`puremind init --light`): pinned in the models manifest, about 100 languages,
+#: about 10 times the pinned embedder's speed on a CPU (bench/RESULTS.md, light-profile)
+LIGHT_EMBEDDER = "intfloat/multilingual-e5-small"
 DEFAULT_RERANKER = "BAAI/bge-reranker-v2-m3"
 DEFAULT_RERANKER_REVISION = "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e"
 DEVICES = ("auto", "coreml", "mps", "cuda", "cpu")
@@ -326,8 +329,10 @@ def secure_home(settings: Settings) -> None:
     _tighten(settings.config_path, 0o600)
 
 
-def write_config(vault_dir: Path, *, force: bool = False, env: Mapping[str, str] | None = None) -> tuple[Path, Path | None]:
-    """Write config.toml naming `vault_dir`; with `force`, rewrite an existing one keeping its settings.
+def write_config(vault_dir: Path, *, force: bool = False, light: bool = False,
+                 env: Mapping[str, str] | None = None) -> tuple[Path, Path | None]:
+    """Write config.toml naming `vault_dir`; with `force`, rewrite an existing one keeping its settings. With
+    `light`, `[models] embedder` is the light profile's (LIGHT_EMBEDDER).
 
     A broken file cannot be kept: with `force` it is moved aside to `config.toml.broken` (or `.broken-N`) and
     a fresh file is written. Returns (the config path, where a broken file was moved or None).
@@ -357,6 +362,9 @@ def write_config(vault_dir: Path, *, force: bool = False, env: Mapping[str, str]
         except ConfigError:
             moved = _move_aside(path)
     values["vault"] = vault
+    if light:
+        values["embedder"] = LIGHT_EMBEDDER
+        values.pop("embedder_revision", None)  # the manifest pins it
     try:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
         _tighten(home, 0o700)

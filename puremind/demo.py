@@ -47,9 +47,11 @@ def run_demo(notice: Callable[[str], None]) -> Iterator[str]:
             report = run_index(settings, notice=notice)
         yield report.summary()
         for query in DEMO_QUERIES:
-            outcome = run_search(settings, query, limit=3, lexical_only=lexical, notice=notice)
+            # The search the user then runs (keyword search fuses the keyword lists when semantic search is off),
+            # printed by the same function: the same scores, with the same labels, as `puremind search` shows.
+            outcome = run_search(settings, query, limit=3, notice=notice)
             yield ""
-            yield f"$ puremind search {query!r} --limit 3" + (" --lexical-only" if lexical else "")
+            yield f"$ puremind search {query!r} --limit 3"
             yield from render_search_lines(outcome)
         yield ""
         yield "next: `puremind init <your notes folder>`, then `puremind index` and `puremind search \"...\"`"

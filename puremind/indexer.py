@@ -1,9 +1,18 @@
-"""Vault -> chunker -> embedder -> store, incrementally by size, mtime and content hash.
+"""Vault -> chunker -> store, then store -> embedder -> store: incrementally, in two phases.
 
-One run: walk the vault, re-read only notes whose size or mtime changed (and re-chunk only those whose SHA-256
-changed), reuse stored vectors of identical text (moved, renamed or copied notes are not embedded again),
-commit every few files so a killed run keeps its progress and readers see it, remove notes that are gone last
-(so a rename reuses the vectors of the old path), then compact the keyword index and empty the -wal file.
+Phase one ("reading") involves no model: walk the vault, re-read only notes whose size or mtime changed (and
+re-chunk only those whose SHA-256 changed), write their chunks, titles and keyword index, reuse stored vectors of
+identical text (moved, renamed or copied notes are not embedded again), commit every few files so a killed run
+keeps its progress and readers see it, remove notes that are gone last (so a rename reuses the vectors of the old
+path), then compact the keyword index and empty the -wal file. Every note is searchable by keyword from here.
+
+Phase two ("embedding") loads the model (unless the run was handed a loaded one) and embeds the chunks that have no
+vector yet, in batches sized by time, each committed: a killed run keeps every batch it committed, and the next run
+embeds only what is left. A vector is written only to a chunk that still has the text it was made from, so a note
+changed meanwhile never gets the vector of its old text. A model that cannot be had ends the run with its error
+after phase one: the keyword index is complete, and the next run that can load the model embeds what is missing.
+A run that drops vectors (`--rebuild`, or a switch to another model) loads the model first instead, so that a
+mistyped or missing model leaves the index as it was.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from puremind import chunker
-from puremind.errors import IndexBusyError, StoreError, VaultError
+from puremind.errors import IndexBusyError, PuremindError, StoreError, VaultError
 from puremind.index_plan import RunPlan, content_action, note_identity, plan_run, unreadable_warnings
 from puremind.store import ChunkRow, Store
 from puremind.vault import NoteFile, NoteReadError, read_note, walk_vault
@@ -31,6 +40,14 @@ if TYPE_CHECKING:
 #: Commit after this many changed notes, or this many seconds, whichever comes first.
 BATCH_FILES = 32
 BATCH_SECONDS = 2.0
+#: Phase two embeds in calls sized to take about this long (each committed); the first call embeds EMBED_FIRST
+#: chunks, and no call more than EMBED_MAX.
+EMBED_SECONDS = 2.0
+EMBED_FIRST = 8
+EMBED_MAX = 256
+#: the two phases of a run, as the progress callback names them
+READING = "reading"
+EMBEDDING = "embedding"
 #: The passage a new embedding model must embed before `--rebuild` touches the index.
 TEST_PASSAGE = "pureMind checks that the embedding model loads before it changes the index."
 
@@ -44,7 +61,9 @@ META_LAST_RUN = "last_index_run"
 ORPHAN_VECTOR_DAYS = 30
 ORPHAN_VECTOR_ROWS = 20_000
 
-ProgressFn = Callable[[int, int, str], None]
+#: progress(phase, done, total, name): phase READING counts notes (name: the note's path), phase EMBEDDING
+#: counts chunks (name: the path of the note whose chunks are being embedded).
+ProgressFn = Callable[[str, int, int, str], None]
 
 
 @dataclass
@@ -64,6 +83,11 @@ class IndexReport:
     kept_missing: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
+    #: chunks still without a vector when the run ended (phase two stopped early, or no model)
+    chunks_left: int = 0
+    #: seconds of each phase (reading: walk, read, chunk, keyword index; embedding: load the model and embed)
+    reading_seconds: float = 0.0
+    embedding_seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     #: the warnings that describe a lasting state of the vault, by kind ("removals held", "no notes"): a watch
     #: says each once while it lasts, not at every run
@@ -90,21 +114,21 @@ class IndexReport:
             parts.append(f"{self.kept_unlisted} kept below folders that could not be listed")
         if self.kept_missing:
             parts.append(f"{self.kept_missing} missing kept")
+        if self.chunks_left:
+            parts.append(f"{self.chunks_left} passages still to embed")
         return f"indexed {self.vault}: " + ", ".join(parts) + f" in {self.seconds:.1f}s"
 
 
 def chunker_signature() -> str:
-    """The chunker settings that shape stored chunks; a change re-cuts every note."""
-    return f"v{chunker.CHUNKER_VERSION};max=2048;min=100;overlap=0.2;titles=1"
+    """The chunker settings that shape stored chunks and titles; a change re-reads every note (vectors of unchanged
+    text are reused). titles=2: the file name is a name of every note, an alias when the note has another title."""
+    return f"v{chunker.CHUNKER_VERSION};max=2048;min=100;overlap=0.2;titles=2"
 
 
 def embed_text(chunk: chunker.Chunk, title: str = "") -> str:
     """The text the embedder reads for a chunk: the breadcrumb (title, then headings) gives a window cut from a
     long section, or a note whose file name is its only title, its context."""
-    crumbs = chunker.breadcrumb(title, chunk.heading_path)
-    if crumbs:
-        return " > ".join(crumbs) + "\n\n" + chunk.text
-    return chunk.text
+    return _embed_text_of(chunk.text, title, chunk.heading_path)
 
 
 class IndexLock:
@@ -183,6 +207,9 @@ class IndexOptions:
     compact: bool = True
     batch_files: int = BATCH_FILES
     batch_seconds: float = BATCH_SECONDS
+    #: phase two: seconds one embedding call (and commit) should take (a watch keeps it short, so that a saved
+    #: note waits for at most one call)
+    embed_seconds: float = EMBED_SECONDS
 
 
 def index_vault(
@@ -190,23 +217,28 @@ def index_vault(
     vault: Path,
     *,
     embedder: "Embedder | None" = None,
+    load_embedder: "Callable[[], Embedder] | None" = None,
     progress: ProgressFn | None = None,
+    keep_embedding: Callable[[], bool] | None = None,
     options: IndexOptions | None = None,
     **knobs: object,
 ) -> IndexReport:
-    """Bring the index up to date with the vault. The caller holds the IndexLock.
+    """Bring the index up to date with the vault, in two phases (see the module). The caller holds the IndexLock.
 
-    `options` (or its fields as keywords: `rebuild=True`, `compact=False`, ...) set the run's knobs. The run
-    checks the vault and the model, plans from the walk and the stored state (`index_plan.plan_run`: which
-    notes to read, which to remove, and the warnings) and applies the plan. With `compact=False`, text deleted
-    by the run stays in the keyword index until a later `Store.compact()`, which `compact_pending()` marks.
-    The vectors of removed notes are kept aside (by chunk text hash, for ORPHAN_VECTOR_DAYS) for a note that
-    comes back.
+    The model is `embedder` (loaded, handed in) or `load_embedder()` (called after phase one, only when a chunk
+    lacks a vector; before it when the run drops vectors); neither is keyword-only. `keep_embedding()` is asked
+    before each embedding call: False ends phase two there (a watch yields to a saved note), with what was embedded
+    committed and `chunks_left` said in the report. `options` (or its fields as keywords: `rebuild=True`,
+    `compact=False`, ...) set the run's knobs. With `compact=False`, text deleted by the run stays in the keyword
+    index until a later `Store.compact()`, which `compact_pending()` marks. The vectors of removed notes are kept
+    aside (by chunk text hash, for ORPHAN_VECTOR_DAYS) for a note that comes back.
 
     Raises:
         VaultError: the vault is missing or cannot be listed at all, or the index belongs to another vault.
         FingerprintMismatch: the embedder changed and `rebuild` was not asked for.
         StoreError: the index cannot be written.
+        ModelError: `load_embedder()` failed; phase one is committed, and the error's message says that every
+            note is searchable by keyword (its `report` attribute holds the run's report).
     """
     if options is not None and knobs:
         raise TypeError("give index_vault either options= or its fields as keywords, not both")
@@ -214,22 +246,24 @@ def index_vault(
     started = time.monotonic()
     root = _resolve_vault(vault)
     _check_vault_identity(store, root, opts.rebuild)
+    if embedder is None and load_embedder is not None and opts.rebuild and store.counts().get("chunks", 0):
+        embedder = load_embedder()  # a rebuild drops the vectors: only once the model is known to load
     model_changed = _check_model(store, embedder, opts.rebuild)
 
     walk = walk_vault(root)
     states = store.file_states()
     recut = opts.rebuild or store.get_meta(META_CHUNKER) not in (None, chunker_signature())
-    counts = store.counts()
-    needs_vectors = embedder is not None and (model_changed or counts.get("vectors", 0) < counts.get("chunks", 0))
-    plan = plan_run(root, walk, states, recut=recut, model_changed=model_changed,
-                    missing_vectors=store.paths_missing_vectors() if needs_vectors and not model_changed else (),
-                    rebuild=opts.rebuild, allow_removals=opts.allow_removals)
+    plan = plan_run(root, walk, states, recut=recut, rebuild=opts.rebuild, allow_removals=opts.allow_removals)
 
     report = IndexReport(vault=root, kept_unlisted=plan.kept_unlisted, kept_missing=plan.kept_missing,
                          standing=dict(plan.standing))
     report.skipped.update(walk.skipped)
     _start_run(store, embedder, model_changed=model_changed, rebuild=opts.rebuild)
-    _read_and_store(store, plan, embedder, report, opts, progress)
+    # Vectors of identical text are reused in phase one: those of the model handed in, or (a model loaded later)
+    # those of the index, whose model the caller compared with the configured one before the run.
+    reuse_fp = embedder.fingerprint if embedder is not None else (
+        store.vectors_fingerprint() if load_embedder is not None else None)
+    _read_and_store(store, plan, reuse_fp, report, opts, progress)
     report.warnings.extend(report.standing.values())
     report.warnings.extend(plan.walk_warnings)
     report.warnings.extend(unreadable_warnings(report.unreadable, states))
@@ -238,8 +272,107 @@ def index_vault(
     # The keyword index keeps old words in its segments until merged: compact so deleted text is gone.
     if opts.compact:
         store.compact()
-    report.seconds = time.monotonic() - started
+    report.reading_seconds = time.monotonic() - started
+    try:
+        if embedder is not None or load_embedder is not None:
+            embed_missing(store, embedder if embedder is not None else load_embedder, report,  # type: ignore[arg-type]
+                          progress=progress, keep_going=keep_embedding, seconds=opts.embed_seconds)
+        # keyword only (embedder = "none"): nothing is "still to embed"
+    except PuremindError as exc:
+        report.chunks_left = _chunks_left(store)
+        files = store.counts().get("files", 0)
+        exc.message = f"{exc.message.rstrip('.')}; all {files} notes are searchable by keyword meanwhile"
+        exc.report = report  # type: ignore[attr-defined]
+        raise
+    finally:
+        report.seconds = time.monotonic() - started
+        report.embedding_seconds = report.seconds - report.reading_seconds
     return report
+
+
+def _chunks_left(store: Store) -> int:
+    counts = store.counts()
+    return counts.get("chunks", 0) - counts.get("vectors", 0)
+
+
+def embed_missing(
+    store: Store,
+    embedder: "Embedder | Callable[[], Embedder]",
+    report: IndexReport,
+    *,
+    progress: ProgressFn | None = None,
+    keep_going: Callable[[], bool] | None = None,
+    seconds: float = EMBED_SECONDS,
+) -> None:
+    """Phase two: give every chunk without a vector one, in calls sized to take about `seconds`, each committed.
+    `embedder` is the model or a callable that loads it (called only when a chunk lacks a vector). Identical text
+    is embedded once, and a stored vector of identical text is reused. Sets the report's chunks_embedded,
+    chunks_reused and chunks_left.
+
+    Raises:
+        FingerprintMismatch: the loaded model's vectors differ from those the index holds.
+        ModelError: the model cannot be loaded.
+        StoreError: the index cannot be written.
+    """
+    todo = store.chunks_missing_vectors()
+    report.chunks_left = len(todo)
+    if not todo:
+        return
+    model: "Embedder" = embedder if hasattr(embedder, "embed") else embedder()  # type: ignore[operator,assignment]
+    check_fingerprint(store, model)
+    fingerprint = model.fingerprint
+    if store.embed_fingerprint() != fingerprint:
+        with store.batch():
+            fresh = store.vectors_fingerprint() is None
+            store.set_embed_fingerprint(fingerprint)
+            _record_precision(store, model, fresh)
+    else:
+        with store.batch():
+            _record_precision(store, model, False)
+    total, done, size, at = len(todo), 0, EMBED_FIRST, 0
+    while at < total:
+        if keep_going is not None and not keep_going():
+            break
+        part = todo[at:at + size]
+        at += len(part)
+        sources = store.embed_sources([chunk_id for chunk_id, _ in part])
+        vectors: dict[str, "np.ndarray"] = {}
+        texts: dict[str, str] = {}
+        name = ""
+        for chunk_id, sha in part:
+            source = sources.get(chunk_id)
+            if source is None or source[0] != sha or sha in vectors or sha in texts:
+                continue  # gone or changed since it was listed: its new chunks are listed by the next run
+            _, name, title, heading_path, text = source
+            kept = store.vector_for(sha, fingerprint=fingerprint)
+            if kept is not None:
+                vectors[sha] = kept
+                report.chunks_reused += 1
+            else:
+                texts[sha] = _embed_text_of(text, title, heading_path)
+        if texts:
+            began = time.monotonic()
+            fresh_vectors = model.embed(list(texts.values()))
+            took = time.monotonic() - began
+            for sha, vec in zip(texts, fresh_vectors):
+                vectors[sha] = vec
+            report.chunks_embedded += len(texts)
+            per_chunk = took / len(texts)
+            size = max(1, min(EMBED_MAX, int(seconds / per_chunk) if per_chunk > 0 else EMBED_MAX))
+        rows = [(chunk_id, sha, vectors[sha]) for chunk_id, sha in part if sha in vectors]
+        if rows:
+            with store.batch():
+                store.set_vectors(rows)
+        done += len(part)
+        if progress is not None:
+            progress(EMBEDDING, done, total, name)
+    report.chunks_left = _chunks_left(store)
+
+
+def _embed_text_of(text: str, title: str, heading_path: tuple[str, ...]) -> str:
+    """`embed_text` of a stored chunk (its text, the note's title and the headings above it)."""
+    crumbs = chunker.breadcrumb(title, heading_path)
+    return " > ".join(crumbs) + "\n\n" + text if crumbs else text
 
 
 def _check_model(store: Store, embedder: "Embedder | None", rebuild: bool) -> bool:
@@ -271,10 +404,10 @@ def _start_run(store: Store, embedder: "Embedder | None", *, model_changed: bool
             _record_precision(store, embedder, fresh)
 
 
-def _read_and_store(store: Store, plan: RunPlan, embedder: "Embedder | None", report: IndexReport,
+def _read_and_store(store: Store, plan: RunPlan, reuse_fp: str | None, report: IndexReport,
                     opts: IndexOptions, progress: ProgressFn | None) -> None:
-    """Read the notes the plan names, chunk and embed the changed ones, and commit in batches (a killed run keeps
-    what it committed)."""
+    """Phase one: read the notes the plan names, chunk the changed ones (reusing stored vectors of identical text
+    made with `reuse_fp`, unless rebuilding), and commit in batches (a killed run keeps what it committed)."""
     reuse: dict[str, "np.ndarray"] = {}
     pending: list[Callable[[], None]] = []
     last_commit = time.monotonic()
@@ -292,7 +425,7 @@ def _read_and_store(store: Store, plan: RunPlan, embedder: "Embedder | None", re
     for done, step in enumerate(plan.steps, 1):
         note, state = step.note, step.state
         if progress is not None:
-            progress(done, total, note.rel)
+            progress(READING, done, total, note.rel)
         if step.step == "unchanged":
             report.unchanged += 1
             continue
@@ -312,7 +445,7 @@ def _read_and_store(store: Store, plan: RunPlan, embedder: "Embedder | None", re
             # --rebuild embeds every note again; otherwise identical text anywhere in the index is reused.
             text = data.decode("utf-8", errors="replace")
             named = chunker.note_title(text, note.rel)
-            rows = _chunk_rows(text, named.title, embedder, store, reuse, report, allow_reuse=not opts.rebuild)
+            rows = _chunk_rows(text, named.title, None if opts.rebuild else reuse_fp, store, reuse, report)
             pending.append(
                 lambda n=note, d=digest, r=rows, i=identity, t=named: store.put_file(
                     n.rel, d, n.size, n.mtime_ns, r, identity=i, title=t.title, aliases=t.aliases)
@@ -347,37 +480,25 @@ def _finish_run(store: Store, plan: RunPlan, rebuild: bool) -> None:
 def _chunk_rows(
     text: str,
     title: str,
-    embedder: "Embedder | None",
+    reuse_fp: str | None,
     store: Store,
     reuse: dict[str, "np.ndarray"],
     report: IndexReport,
-    *,
-    allow_reuse: bool,
 ) -> list[ChunkRow]:
-    """Chunk one note and give each chunk a vector: reused when identical text was embedded before."""
+    """Chunk one note; a chunk whose identical text has a stored vector (made with `reuse_fp`) gets it, the
+    others none yet (phase two embeds them)."""
     chunks = chunker.chunk_markdown(text)
     texts = [embed_text(c, title) for c in chunks]
     hashes = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
     vectors: list["np.ndarray | None"] = [None] * len(chunks)
-    if embedder is not None:
-        todo: list[int] = []
+    if reuse_fp is not None:
         for i, h in enumerate(hashes):
             vec = reuse.get(h)
-            if vec is None and allow_reuse:
-                vec = store.vector_for(h, fingerprint=embedder.fingerprint)
             if vec is None:
-                todo.append(i)
-            else:
-                vectors[i] = vec
-                report.chunks_reused += 1
-        if todo:
-            fresh = embedder.embed([texts[i] for i in todo])
-            for j, i in enumerate(todo):
-                vectors[i] = fresh[j]
-            report.chunks_embedded += len(todo)
-        for h, vec in zip(hashes, vectors):
+                vec = store.vector_for(h, fingerprint=reuse_fp)
             if vec is not None:
-                reuse[h] = vec
+                vectors[i] = reuse[h] = vec
+                report.chunks_reused += 1
     return [
         ChunkRow(
             ord=i,
@@ -432,6 +553,7 @@ __all__ = [
     "NoteFile",
     "StoreError",
     "check_fingerprint",
+    "embed_missing",
     "embed_text",
     "index_vault",
     "iter_progress_lines",

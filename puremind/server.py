@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from puremind import __version__, services
 from puremind.config import Settings
 from puremind.errors import PuremindError
-from puremind.results import DATA_NOT_INSTRUCTIONS, NoteResult, RecentResult, SearchResult
+from puremind.results import DATA_NOT_INSTRUCTIONS, NoteResult, RecentResult, SearchResult, score_text
 from puremind.vault import shown_text as _shown
 
 logger = logging.getLogger(__name__)
@@ -216,13 +216,14 @@ def render_search(result: SearchResult) -> str:
             f"{DATA_NOT_INSTRUCTIONS} Every line of passage text starts with {TEXT_MARK.strip()!r}; "
             "lines without it are pureMind's.",
         ]
-    head += [f"note: {_one_line(note)}" for note in result.notes]
+    head += [_one_line(note) if note.startswith("hint: ") else f"note: {_one_line(note)}" for note in result.notes]
     blocks = ["\n".join(head)]
     for p in result.results:
         crumb = f"  ({' > '.join(_one_line(h) for h in p.heading_path)})" if p.heading_path else ""
         kind = "  (fusion value: not reranked within the time budget)" if (
             result.mode == "reranked" and p.score_kind == "hybrid") else ""
-        header = f"[{p.rank}] {_one_line(p.path)}:{p.start_line}-{p.end_line}  score {p.score:.4g}{kind}{crumb}"
+        score = score_text(p.score_kind, p.score)  # the label the terminal shows for this kind of score
+        header = f"[{p.rank}] {_one_line(p.path)}:{p.start_line}-{p.end_line}  {score}{kind}{crumb}"
         blocks.append(f"{header}\n{quoted(p.text)}")
     return "\n\n".join(blocks)
 
@@ -537,7 +538,7 @@ def _serve_on(wire: io.TextIOWrapper, tools: Any) -> None:
         from mcp.server.stdio import stdio_server
 
         async with stdio_server(stdout=anyio.wrap_file(wire)) as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+            await _serve_every_request(server, read_stream, write_stream)
 
     try:
         anyio.run(serve)
@@ -547,6 +548,75 @@ def _serve_on(wire: io.TextIOWrapper, tools: Any) -> None:
     finally:
         with contextlib.suppress(OSError):
             wire.close()
+
+
+#: After stdin closes, how long the server still waits for the answers to the requests it has read (a search whose
+#: models load first takes a while; a client that has gone away makes the answer's write fail at once instead).
+ANSWER_AFTER_EOF_S = 300.0
+
+
+async def _serve_every_request(server: Any, read_stream: Any, write_stream: Any) -> None:
+    """Run `server` on the transport's streams, answering every request read before stdin closes.
+
+    The SDK's session ends as soon as its input ends, and cancels the requests still being served: a client that
+    pipes its requests and closes stdin (`printf ... | puremind serve`) lost the answer to the last one. Here the
+    server reads a relay of the transport's input that ends only once every request it carried has been answered
+    (or cancelled by the client, which then expects no answer), within ANSWER_AFTER_EOF_S.
+    """
+    import anyio
+    import mcp_types as types
+
+    to_server, server_in = anyio.create_memory_object_stream[Any](0)
+    server_out, from_server = anyio.create_memory_object_stream[Any](0)
+    unanswered: set[Any] = set()  # ids of the requests read and not answered yet
+    answered = anyio.Event()  # set (and replaced) whenever an answer goes out
+    reading = anyio.CancelScope()  # around relay_in: cancelled once nothing more can be served
+
+    async def relay_in() -> None:
+        nonlocal answered
+        async with to_server:
+            try:
+                async for item in read_stream:
+                    message = getattr(item, "message", None)
+                    if isinstance(message, types.JSONRPCRequest):
+                        unanswered.add(message.id)
+                    elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                        unanswered.discard((message.params or {}).get("requestId"))
+                    await to_server.send(item)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return  # the session ended first: nothing more to hand it
+            with anyio.move_on_after(ANSWER_AFTER_EOF_S) as waiting:
+                while unanswered:
+                    await answered.wait()
+                    answered = anyio.Event()
+            if waiting.cancelled_caught:
+                logger.warning("stdin closed; %d request(s) still unanswered after %.0f s: stopping",
+                               len(unanswered), ANSWER_AFTER_EOF_S)
+
+    async def relay_out() -> None:
+        async with write_stream, from_server:
+            try:
+                async for item in from_server:
+                    await write_stream.send(item)
+                    message = getattr(item, "message", None)
+                    if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                        unanswered.discard(message.id)
+                        answered.set()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The transport's writer is gone (the client closed our stdout: a BrokenPipeError, which the
+                # transport raises and _serve_on takes as the client going away): nothing can be answered now.
+                reading.cancel()
+
+    async with anyio.create_task_group() as tasks:
+
+        async def read_until_done() -> None:
+            with reading:
+                await relay_in()
+
+        tasks.start_soon(read_until_done)
+        tasks.start_soon(relay_out)
+        await server.run(server_in, server_out, server.create_initialization_options())
+        reading.cancel()  # the session is over (its streams are closed): stop reading stdin for it
 
 
 def _exit_on_ctrl_c() -> None:

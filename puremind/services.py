@@ -167,18 +167,42 @@ def _lower_autogroup(niceness: int) -> bool:
     return False
 
 
+def _lower_threads(niceness: int) -> None:
+    """Raise the niceness of every thread of this process to at least `niceness` (Linux: /proc/self/task; never
+    lowered: a thread already nicer stays so). Linux keeps a niceness per thread, and `os.nice` changes only the
+    calling one; threads started before (a thread pool, onnxruntime's, watchdog's) would keep theirs. Threads
+    started later inherit their starter's. Listed again until no new thread shows up (one may start meanwhile)."""
+    task = Path("/proc/self/task")
+    done: set[int] = set()
+    for _ in range(10):
+        try:
+            tids = {int(name) for name in os.listdir(task) if name.isdigit()} - done
+        except OSError:
+            return  # not Linux: os.nice changed the whole process
+        if not tids:
+            return
+        for tid in tids:
+            try:
+                if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                    os.setpriority(os.PRIO_PROCESS, tid, niceness)
+            except OSError:
+                pass  # the thread has ended meanwhile
+        done |= tids
+
+
 def lower_priority() -> bool:
     """Make this process (an `index` or `watch` run) yield the CPU to others: niceness +10 where the system has
-    it, and under autogroup scheduling, when this process leads its own session, the same for its session's
-    group (which holds only this run), so that the user's other terminals and agents' servers come first.
-    Returns whether the niceness took effect."""
+    it, for every thread it has and starts later, and under autogroup scheduling, when this process leads its own
+    session, the same for its session's group (which holds only this run), so that the user's other terminals and
+    agents' servers come first. Returns whether the niceness took effect."""
     parent = os.environ.get(OWN_SESSION_ENV)
     if parent and parent.isdigit() and os.getsid(0) == os.getpid():
         _stop_with_parent(int(parent))
     try:
-        os.nice(INDEXING_NICENESS)
+        niceness = os.nice(INDEXING_NICENESS)
     except (AttributeError, OSError):
         return False
+    _lower_threads(niceness)
     if autogroup_scheduling() and os.getsid(0) == os.getpid():
         _lower_autogroup(INDEXING_NICENESS)
     return True
@@ -208,18 +232,37 @@ def build_models(settings: Settings, *, progress: Notice | None = None, indexing
 def export_if_missing(choice: ModelChoice, resolved: Resolved, variant: str, progress: Notice | None) -> Path:
     """Export one ONNX variant that a model needs and is missing (the loader's `obtain`).
 
+    A model folder (or hub snapshot) that holds its own ONNX model needs no [export] extra: its ONNX file serves
+    as fp32 and the other variants are made from it by onnxruntime (`puremind.export.from_onnx`).
+
     Raises:
-        ModelsUnavailable: the [export] extra is not installed (the message says what to run).
+        ModelsUnavailable: the [export] extra is not installed and the folder holds no ONNX model (the message
+            says what to run), or the int8/fp16 copy of an ONNX model cannot be made (no onnx package).
         ModelError: fetching, exporting or verifying failed.
     """
     from puremind.models import ModelsUnavailable
     from puremind.models.loader import source_of
+    from puremind.models.onnx_folder import FP32_FILES, find_onnx
 
+    folder = getattr(resolved.source, "path", None)
+    if folder is not None and find_onnx(folder) is not None:
+        from puremind.export.from_onnx import adopt_onnx
+
+        if progress is not None:
+            progress(f"preparing {resolved.spec.hub_id} ({variant}) from its ONNX model once; later runs load it")
+        return adopt_onnx(resolved.spec, resolved.source, choice.home, [variant],
+                          progress=progress or to_stderr)[variant]
     try:
         from puremind.export import export_available, export_model
     except ImportError:  # pragma: no cover - the export package ships with puremind
         export_available = None
     if export_available is None or not export_available():
+        if folder is not None:  # a local folder or a hub snapshot without ONNX: only exporting it needs the extra
+            raise ModelsUnavailable(
+                f"{resolved.spec.hub_id} holds no ONNX model ({' or '.join(FP32_FILES)}), and exporting one "
+                "needs the [export] extra",
+                hint=EXPORT_HINT,  # the loader adds the other ways forward
+            )
         raise ModelsUnavailable(
             f"{resolved.spec.hub_id} is not exported for ONNX Runtime yet ({variant})",
             hint=EXPORT_HINT,  # the loader adds the other ways forward
@@ -299,10 +342,11 @@ def _index_vectors(db: Path) -> str | None:
 
 
 def embedder_for_index(settings: Settings, models: Models, notice: Notice, *, rebuild: bool = False):
-    """The embedder an index run writes with, or None when the user turned semantic search off.
+    """What loads the embedder an index run writes with (called after the run's first phase, see
+    indexer.index_vault), or None when the user turned semantic search off.
 
     Unless `rebuild`, the configured model is compared with the index's vectors first, before anything is
-    fetched or exported. `embedder = "none"` on an index with vectors keeps them (notes changed meanwhile get
+    fetched, exported or loaded. `embedder = "none"` on an index with vectors keeps them (notes changed meanwhile get
     theirs when indexed with the model again) and says so; with `rebuild` it is refused, since it would drop them.
 
     Raises:
@@ -329,7 +373,7 @@ def embedder_for_index(settings: Settings, models: Models, notice: Notice, *, re
         return None
     if not rebuild:
         models.check_index(stored, doing="`puremind index` refuses to mix them")
-    return models.embedder()
+    return models.embedder
 
 
 def run_index(
@@ -361,7 +405,7 @@ def run_index(
         models = build_models(settings, progress=notice)
     # Reads the index's fingerprint (a short read-only open) before the model is loaded or exported, which can
     # take minutes, and before the lock is taken: the run below checks it again under the lock.
-    embedder = embedder_for_index(settings, models, notice, rebuild=rebuild)
+    load_embedder = embedder_for_index(settings, models, notice, rebuild=rebuild)
     with IndexLock(settings.db):
         new_file = not settings.db.exists()
         try:
@@ -374,17 +418,17 @@ def run_index(
         except IndexDamaged:
             if not rebuild:
                 raise
-            return _repair(settings, vault, embedder, allow_removals, progress, notice)
+            return _repair(settings, vault, load_embedder, allow_removals, progress, notice)
         try:
             if new_file and (warning := files.open_folder_warning(settings.db)) and settings.db.parent != settings.home:
                 notice(f"warning: {warning}")
-            return index_vault(store, vault, embedder=embedder, progress=progress,
+            return index_vault(store, vault, load_embedder=load_embedder, progress=progress,
                                options=IndexOptions(rebuild=rebuild, allow_removals=allow_removals))
         finally:
             store.close()
 
 
-def _repair(settings: Settings, vault: Path, embedder, allow_removals: bool, progress, notice: Notice):
+def _repair(settings: Settings, vault: Path, load_embedder, allow_removals: bool, progress, notice: Notice):
     """`--rebuild` of a damaged index (the caller holds the index lock): index the vault into a new file beside
     it, then swap that in and keep the damaged one as <index>.damaged. A run killed on the way leaves the damaged
     index where it was (the half-built file is removed by the next try).
@@ -403,7 +447,7 @@ def _repair(settings: Settings, vault: Path, embedder, allow_removals: bool, pro
     notice(f"the index {db} is damaged: building a new one from the notes beside it")
     store = Store.open(fresh)
     try:
-        report = index_vault(store, vault, embedder=embedder, progress=progress,
+        report = index_vault(store, vault, load_embedder=load_embedder, progress=progress,
                              options=IndexOptions(rebuild=True, allow_removals=True))
         notes = store.counts().get("files", 0)
     finally:
@@ -488,7 +532,7 @@ def run_search(
     finally:
         searcher.close()
     for note in outcome.notes:
-        notice(f"note: {note}")
+        notice(note if note.startswith("hint: ") else f"note: {note}")
     return search_result(outcome)
 
 
@@ -532,7 +576,7 @@ def run_watch(
     debounce: float = 2.0,
     say: Notice,
     notice: Notice,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[str, int, int, str], None] | None = None,
     models: Models | None = None,
 ) -> None:
     """`puremind watch`: load the embedder once, then watch until Ctrl-C (KeyboardInterrupt, after compacting)
@@ -553,8 +597,8 @@ def run_watch(
     logging.getLogger("watchdog").addHandler(logging.NullHandler())
     if models is None:
         models = build_models(settings, progress=notice)
-    embedder = embedder_for_index(settings, models, notice)
-    watcher = Watcher(vault, settings.db, embedder=embedder, timing=Timing.for_debounce(debounce), say=say,
+    load_embedder = embedder_for_index(settings, models, notice)
+    watcher = Watcher(vault, settings.db, load_embedder=load_embedder, timing=Timing.for_debounce(debounce), say=say,
                       notice=notice, progress=progress)
     previous = None
     if threading.current_thread() is threading.main_thread():

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from puremind import inotify_watches
 from puremind.errors import FingerprintMismatch, IndexBusyError, IndexDamaged, PuremindError, VaultError
 from puremind.fingerprint import same_vectors
-from puremind.indexer import META_VAULT, IndexLock, IndexReport, index_vault
+from puremind.indexer import EMBED_SECONDS, META_VAULT, IndexLock, IndexReport, index_vault
 from puremind.store import Store
 from puremind.vault import SKIPPED_DIR_NAMES, note_rel_is_valid
 from puremind.watch_schedule import Schedule, StandingWarnings, Timing
@@ -121,7 +121,10 @@ def event_matters(root: str, event: Any) -> bool:
 class Watcher:
     """Watches one vault and keeps one index file up to date with it. `run()` blocks; `stop()` ends it.
 
-    Models are handed in: `embedder` is used for every run (None = keyword only).
+    Models are handed in: `embedder` (loaded) or `load_embedder` (called by the first run that has a chunk to
+    embed, after its keyword phase) is used for every run; neither is keyword only. A run's embedding phase yields
+    to a change: it stops after the embedding call in flight (each takes about `embed_seconds`), the change is
+    indexed once its debounce is over, and the next run embeds what is left.
     """
 
     def __init__(
@@ -130,11 +133,13 @@ class Watcher:
         db: Path,
         *,
         embedder: "Embedder | None" = None,
+        load_embedder: "Callable[[], Embedder] | None" = None,
+        embed_seconds: float = EMBED_SECONDS,
         timing: Timing = Timing(),
         say: Say = print,
         notice: Say = print,
         on_event: OnEvent | None = None,
-        progress: Callable[[int, int, str], None] | None = None,
+        progress: Callable[[str, int, int, str], None] | None = None,
         index_fn: Callable[..., IndexReport] = index_vault,
         observer_factory: Callable[[], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -142,6 +147,8 @@ class Watcher:
         self.vault = Path(vault)
         self.db = Path(db)
         self.embedder = embedder
+        self.load_embedder = load_embedder
+        self.embed_seconds = embed_seconds
         self.timing = timing
         self._say = say
         self._notice = notice
@@ -350,8 +357,11 @@ class Watcher:
                 # A mark left by a watch that died before compacting: the first run settles it.
                 compact = first and store.compact_pending()
                 try:
-                    report = self._index_fn(store, self.vault, embedder=self.embedder, progress=self._progress_or_stop,
-                                            compact=compact)
+                    report = self._index_fn(store, self.vault, embedder=self.embedder,
+                                            load_embedder=self._load_embedder if self.load_embedder else None,
+                                            progress=self._progress_or_stop,
+                                            keep_embedding=self._keep_embedding, compact=compact,
+                                            embed_seconds=min(self.embed_seconds, self.timing.debounce / 2))
                 except FingerprintMismatch as exc:
                     raise _Fatal(exc) from None
                 except VaultError as exc:
@@ -368,11 +378,21 @@ class Watcher:
             finally:
                 store.close()
 
-    def _progress_or_stop(self, done: int, total: int, rel: str) -> None:
+    def _progress_or_stop(self, phase: str, done: int, total: int, rel: str) -> None:
         if self._stop_requested:
             raise _StopRun()
         if self._progress is not None:
-            self._progress(done, total, rel)
+            self._progress(phase, done, total, rel)
+
+    def _load_embedder(self) -> "Embedder":
+        """The model, loaded by the first run that needs it and kept for every later run of this watch."""
+        if self.embedder is None:
+            self.embedder = self.load_embedder()  # type: ignore[misc]
+        return self.embedder
+
+    def _keep_embedding(self) -> bool:
+        """Asked before each embedding call: a change waiting for a run (or a stop) comes first."""
+        return not (self._stop_requested or self._dirty)
 
     # -- compaction ------------------------------------------------------------------------------------
 

@@ -41,3 +41,17 @@ def test_times_read_as_a_person_reads_them():
     assert clock(42.4) == "42 s"
     assert clock(185) == "3 min 05 s"
     assert clock(4320) == "1 h 12 min"
+
+
+def test_recent_batches_weigh_most_when_the_pace_changes():
+    eta = Eta()
+    t = 0.0
+    for done in range(1, 301):  # five minutes at one note a second
+        t += 1.0
+        eta.update(t, done, 1000)
+    for done in range(301, 421):  # then the machine gets busy: a note every two seconds for four minutes
+        t += 2.0
+        eta.update(t, done, 1000)
+    average = (420 - 1) / (t - 1.0)
+    assert eta.rate() == pytest.approx(0.5, rel=0.05), "the estimate follows the new pace"
+    assert abs(eta.rate() - 0.5) < abs(average - 0.5)

@@ -227,9 +227,11 @@ def test_a_reranker_that_cannot_be_had_leaves_search_hybrid_with_a_note_naming_t
     searcher = searcher_with(load_settings(), embedder=embedder, reranker=CONFIGURED, models_class=Counting)
     first = searcher.search("grinder espresso")
     assert first.mode == "hybrid" and first.hits[0].path == "coffee.md"
-    assert len(first.notes) == 1 and first.notes[0].startswith("reranking skipped: ")
-    assert "--no-rerank" in first.notes[0] and "puremind export-models" in first.notes[0]
-    assert "set HF_HUB_OFFLINE=1" not in first.notes[0]
+    # One line of at most 160 characters as the terminal shows it, then one hint line (issue 32).
+    assert len(first.notes) == 2 and first.notes[0].startswith("reranking skipped: ")
+    assert len("note: " + first.notes[0]) <= 160 and first.notes[1].startswith("hint: ")
+    assert "--no-rerank" in first.notes[1] and "puremind export-models" in first.notes[1]
+    assert "set HF_HUB_OFFLINE=1" not in " ".join(first.notes)
     second = searcher.search("deploy")
     assert second.mode == "hybrid" and second.notes == first.notes
     assert calls == ["load"], "an unavailable reranker is not looked for again at every search"
@@ -305,4 +307,41 @@ def test_the_mcp_search_tool_answers_without_a_reranker_that_cannot_be_had(offli
     tools = PuremindTools(settings, searcher_with(settings, embedder=embedder, reranker=CONFIGURED))
     result, text = tools.search(SearchArgs(query="grinder espresso", limit=3))
     assert result.mode == "hybrid" and result.results[0].path == "coffee.md"
-    assert len(result.notes) == 1 and "reranking skipped" in result.notes[0] and "--no-rerank" in result.notes[0]
+    assert len(result.notes) == 2 and "reranking skipped" in result.notes[0] and "--no-rerank" in result.notes[1]
+    assert result.notes[1].startswith("hint: ")
+
+
+# --- issue 32: no dead end before the models are there ------------------------------------------------------
+
+
+def test_a_model_that_cannot_be_had_leaves_a_keyword_index_and_the_next_run_only_embeds(
+        capsys, offline, vault, tmp_path, monkeypatch):
+    """A fresh home offline with the pinned models: `index` exits 2 with the error after indexing every note by
+    keyword; `search` answers by keyword with one short note and one hint per model; once a model can be had,
+    `index` embeds what is missing and reads no note again (no config edit)."""
+    monkeypatch.delenv("PUREMIND_EMBED_MODEL")  # the pinned models, which cannot be had here
+    monkeypatch.setenv("PUREMIND_VAULT", str(vault))
+    notes = len(list(vault.rglob("*.md")))
+    code, out, err = run(capsys, "index")
+    assert code == 2
+    assert f"{notes} added" in out and "passages still to embed" in out
+    error = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"all {notes} notes are searchable by keyword meanwhile" in error[0]
+    assert vectors(tmp_path / "index.sqlite") == 0
+
+    code, out, err = run(capsys, "search", "grinder")
+    assert code == 0 and "espresso" in out
+    assert "run `puremind index`" not in err
+    said = [line for line in err.splitlines() if line.startswith(("note:", "hint:"))]
+    assert [line.split(":")[0] for line in said] == ["note", "hint", "note", "hint"], said
+    assert all(len(line) <= 160 for line in said), said
+
+    # The model can be had now: only the embedding is done.
+    model = FakeEmbedder()
+    import puremind.models.lazy as lazy
+
+    monkeypatch.setattr(lazy, "load_embedder", lambda choice, **_: model)
+    code, out, err = run(capsys, "index")
+    assert code == 0, err
+    assert f"0 added, 0 changed, 0 removed, {notes} unchanged" in out
+    assert vectors(tmp_path / "index.sqlite") == len(model.embedded) > 0

@@ -155,8 +155,8 @@ def test_a_killed_run_keeps_what_it_committed(tmp_path, fake_embedder):
     db = tmp_path / "idx.sqlite"
     store = Store.open(db)
 
-    def interrupt(done, total, name):
-        if done == 11:
+    def interrupt(phase, done, total, name):
+        if phase == "reading" and done == 11:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -180,8 +180,8 @@ def test_a_search_during_a_first_long_run_finds_the_notes_done_so_far(tmp_path, 
     store = Store.open(db)
     seen: list[int] = []
 
-    def look(done, total, name):
-        if done == 9:
+    def look(phase, done, total, name):
+        if phase == "reading" and done == 9:
             reader = Store.open(db, create=False)
             seen.append(len(search_lexical(reader, "shared", 50)))
             reader.close()
@@ -255,7 +255,9 @@ def test_keyword_only_indexing_stores_no_vectors_and_a_later_embedder_fills_them
     assert store.counts()["vectors"] == 0
     assert paths(store, "grinder") == ["coffee.md"]
     report = index_vault(store, vault, embedder=fake_embedder)
-    assert report.changed == 3
+    # No note is read again: phase two embeds the stored chunks that lack a vector.
+    assert (report.changed, report.unchanged) == (0, 3)
+    assert report.chunks_embedded == store.counts()["chunks"] and report.chunks_left == 0
     assert store.counts()["vectors"] == store.counts()["chunks"]
 
 

@@ -37,7 +37,7 @@ def minilm_dir() -> Path:
 
 def test_the_shipped_manifest_pins_the_embedder_and_the_reranker_at_the_spec_revisions():
     manifest = load_manifest()
-    assert manifest.names() == ["qwen3-embedding-0.6b", "bge-reranker-v2-m3"]
+    assert manifest.names() == ["qwen3-embedding-0.6b", "bge-reranker-v2-m3", "multilingual-e5-small"]
     qwen = manifest.get("qwen3-embedding-0.6b")
     assert (qwen.hub_id, qwen.revision, qwen.role) == ("Qwen/Qwen3-Embedding-0.6B", QWEN3_REVISION, "embedder")
     bge = manifest.get("bge-reranker-v2-m3")
@@ -97,7 +97,8 @@ def test_a_pinned_model_is_found_by_its_hub_id_without_regard_to_case():
     assert manifest.by_hub_id("Qwen/Qwen3-Embedding-0.6B").key == "qwen3-embedding-0.6b"
     assert manifest.by_hub_id("baai/BGE-reranker-v2-m3").key == "bge-reranker-v2-m3"
     assert manifest.by_hub_id("sentence-transformers/all-MiniLM-L6-v2") is None
-    assert "bge-reranker-v2-m3" in manifest and len(manifest) == 2
+    assert manifest.by_hub_id("intfloat/Multilingual-E5-Small").key == "multilingual-e5-small"
+    assert "bge-reranker-v2-m3" in manifest and len(manifest) == 3
 
 
 def test_specs_are_frozen_yet_hashable_copyable_and_json_serialisable():

@@ -11,6 +11,7 @@ import pytest
 from conftest import FakeEmbedder, searcher_with, write
 from puremind.chunker import MAX_ALIASES, breadcrumb, note_title
 from puremind.config import load_settings
+from puremind import indexer
 from puremind.indexer import embed_text, index_vault
 from puremind.store import Store
 from puremind.store import schema
@@ -18,16 +19,31 @@ from puremind.store import schema
 
 @pytest.mark.parametrize(("text", "rel", "title", "aliases"), [
     ("---\ntitle: \"Espresso at home\"\naliases: [coffee, 'brew']\n---\n# Heading\n", "a/b.md",
-     "Espresso at home", ("coffee", "brew")),
+     "Espresso at home", ("coffee", "brew", "b")),
     ("---\naliases:\n  - Kaffee\n  - \"café\"\ntags: x\n---\n# Heading one\n\ntext", "a/b.md", "Heading one",
-     ("Kaffee", "café")),
+     ("Kaffee", "café", "b")),
     ("---\nalias: Solo  # a comment\n---\nno heading here", "notes/1.1.5.md", "1.1.5", ("Solo",)),
     ("```\n# not a heading\n```\n## second level\n", "x.markdown", "x", ()),
     ("#tag is not a heading\n", ".hidden-name", ".hidden-name", ()),
-    ("---\ntitle:\n---\n# From the heading\n", "n.md", "From the heading", ()),
-    ("---\ntitle: Same\naliases: [same, SAME, other]\n---\n", "n.md", "Same", ("other",)),
+    ("---\ntitle:\n---\n# From the heading\n", "n.md", "From the heading", ("n",)),
+    ("---\ntitle: Same\naliases: [same, SAME, other]\n---\n", "n.md", "Same", ("other", "n")),
 ])
 def test_a_notes_title_is_its_frontmatter_title_else_its_first_h1_else_its_file_name(text, rel, title, aliases):
+    assert note_title(text, rel) == (note_title(text, rel).__class__(title, aliases))
+
+
+@pytest.mark.parametrize(("text", "rel", "title", "aliases"), [
+    ("---\ntitle: 1.8.9\n---\nFixed the sync.\n", "releases/v1.8.9.md", "1.8.9", ("v1.8.9",)),
+    ("# Meeting with Dana\n\nAgenda.\n", "2024-03-15.md", "Meeting with Dana", ("2024-03-15",)),
+    # The file name is no second name when it is the title or an alias as titles are compared (case, spacing).
+    ("---\ntitle: release  NOTES\n---\n", "Release Notes.md", "release  NOTES", ()),
+    ("# Tea\n", "tea.md", "Tea", ()),
+    ("---\ntitle: 1.8.9\naliases: [V1.8.9]\n---\n", "v1.8.9.md", "1.8.9", ("V1.8.9",)),
+    # Still a name when the frontmatter already gives the most aliases that count.
+    ("---\ntitle: T\naliases: [" + ", ".join(f"a{i}" for i in range(30)) + "]\n---\n", "file.md", "T",
+     (*(f"a{i}" for i in range(MAX_ALIASES)), "file")),
+])
+def test_a_notes_file_name_stays_one_of_its_names_when_it_is_not_the_title(text, rel, title, aliases):
     assert note_title(text, rel) == (note_title(text, rel).__class__(title, aliases))
 
 
@@ -161,7 +177,10 @@ def test_an_older_index_gets_its_notes_file_names_as_titles_and_its_next_run_the
         assert [t.path for t in store.search_titles('"1.1.5"', 5)] == ["releases/1.1.5.md"]
         assert [t.title for t in store.search_titles('"coffee"', 5)] == ["coffee"]
         index_vault(store, release_vault)  # the chunker signature changed: every note is read again
-        assert [t.title for t in store.search_titles('"espresso"', 5)] == ["Espresso"]
+        titled = {t.path: (t.title, t.aliases) for t in store.search_titles('"espresso"', 5)}
+        # espresso-notes.md, titled "Notes", keeps its file name as a name
+        assert titled == {"coffee.md": ("Espresso", ("Kaffee", "morning brew", "coffee")),
+                          "espresso-notes.md": ("Notes", ("espresso-notes",))}
     finally:
         store.close()
 
@@ -267,3 +286,60 @@ def test_of_several_notes_with_the_querys_title_the_one_named_so_comes_first(tmp
         "common/open.fish.md": "# open\n\n> Opens files, directories and URIs with their default applications.\n",
         "common/open.md": "# open\n\n> `open` can refer to several commands with the same name.\n",
     }, {"open": "common/open.md"})
+
+
+@pytest.fixture
+def versions_vault(tmp_path):
+    root = tmp_path / "vault"
+    # Release notes named for their tag, titled by the version alone; other notes say the version often.
+    write(root, "releases/v1.8.9.md", "---\ntitle: 1.8.9\n---\n\nFixed the crash on start.\n")
+    write(root, "releases/v1.8.8.md", "---\ntitle: 1.8.8\n---\n\nAdded dark mode.\n")
+    write(root, "roadmap.md", "# Roadmap\n\nv1.8.9 ships the crash fix; v1.8.9 before v1.9; 1.8.9 is late.\n")
+    write(root, "2024-03-15.md", "# Meeting with Dana\n\nAgenda: the v1.8.9 release.\n")
+    write(root, "daily.md", "# Daily\n\n2024-03-15 meeting; 2024-03-15 follow-up; 2024-03-15 notes.\n")
+    return root
+
+
+def test_a_note_is_found_by_its_file_name_when_its_title_is_another(tmp_path, versions_vault):
+    settings = _settings(tmp_path, versions_vault)
+    _index(settings, versions_vault)
+    searcher = searcher_with(settings)
+    try:
+        assert _paths(searcher, "v1.8.9")[0] == "releases/v1.8.9.md"  # the file name, dots and all
+        assert _paths(searcher, "V1.8.9")[0] == "releases/v1.8.9.md"
+        assert _paths(searcher, "1.8.9")[0] == "releases/v1.8.9.md"  # the title still
+        assert _paths(searcher, "2024-03-15")[0] == "2024-03-15.md"  # a heading is the title; the file name too
+        assert _paths(searcher, "Meeting with Dana")[0] == "2024-03-15.md"
+        # --lexical-only keeps the spec's BM25 over chunks: a file name is not text
+        assert "releases/v1.8.9.md" not in _paths(searcher, "v1.8.9", lexical_only=True)
+    finally:
+        searcher.close()
+
+
+def test_the_file_name_as_a_name_changes_no_text_the_embedder_reads(tmp_path, versions_vault):
+    # An index of the release before: the same chunks and vectors, no file name among the aliases.
+    settings = _settings(tmp_path, versions_vault)
+    embedder = FakeEmbedder()
+    _index(settings, versions_vault, embedder)
+    # The breadcrumb is the title alone: the file name, an alias, is no part of it.
+    assert "1.8.9\n\n---\ntitle: 1.8.9\n---\n\nFixed the crash on start." in embedder.embedded
+    conn = sqlite3.connect(settings.db, isolation_level=None)
+    conn.execute("UPDATE files SET aliases = ''")
+    conn.execute("UPDATE meta SET value = ? WHERE key = ?",
+                 (indexer.chunker_signature().replace(";titles=2", ";titles=1"), indexer.META_CHUNKER))
+    conn.close()
+    searcher = searcher_with(settings)
+    assert _paths(searcher, "v1.8.9")[0] != "releases/v1.8.9.md"
+    searcher.close()
+    embedded = len(embedder.embedded)
+    store = Store.open(settings.db)
+    try:
+        report = index_vault(store, versions_vault, embedder=embedder)
+    finally:
+        store.close()
+    # Every note is read again for its names; no text changed, so every vector is reused.
+    assert (report.changed, report.unchanged) == (5, 0)
+    assert report.chunks_embedded == 0 and len(embedder.embedded) == embedded
+    searcher = searcher_with(settings)
+    assert _paths(searcher, "v1.8.9")[0] == "releases/v1.8.9.md"
+    searcher.close()

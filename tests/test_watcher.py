@@ -636,6 +636,62 @@ def test_a_watch_embeds_changes_with_the_model_it_was_given(watching, vault, db,
         store.close()
 
 
+def test_a_saved_note_is_searchable_by_keyword_while_a_long_backlog_is_embedding(watching, vault, db):
+    """Issue 32: the embedding phase yields to a change after the call in flight; the note is indexed by keyword
+    once its debounce is over, and the backlog goes on after it."""
+    for i in range(60):
+        write(vault, f"backlog/n{i:02}.md", f"# Backlog {i}\n\nbacklog note {i} with its own words w{i}\n")
+    embedding = threading.Event()
+
+    class Slow(FakeEmbedder):
+        def embed(self, texts, is_query=False):
+            embedding.set()
+            time.sleep(0.05 * len(texts))  # 60 chunks: about 3 s of embedding in calls of about 0.05 s
+            return super().embed(texts, is_query)
+
+    model = Slow()
+    loads: list[int] = []
+
+    def load():
+        loads.append(1)
+        return model
+
+    w = watching(load_embedder=load, embed_seconds=0.05)
+    assert embedding.wait(DEADLINE), "the backlog never started embedding"
+    write(vault, "saved.md", "# Saved\n\nfreshlysaved words\n")
+    saved_at = time.monotonic()
+    poll_until(lambda: found(db, "freshlysaved") == ["saved.md"], "the saved note to be searchable")
+    waited = time.monotonic() - saved_at
+    store = Store.open(db, create=False)
+    try:
+        left = store.counts()["chunks"] - store.counts()["vectors"]
+    finally:
+        store.close()
+    assert left > 0, f"the saved note waited for the whole backlog ({waited:.1f} s)"
+    # Then the backlog is embedded to the end, the saved note too, with the model loaded once.
+    poll_until(lambda: vectors_complete(db), "the backlog to be embedded", timeout=60)
+    assert loads == [1]
+    assert any("freshlysaved" in text for text in model.embedded)
+
+
+def poll_until(predicate, what: str, timeout: float = DEADLINE) -> None:
+    """Look at the index (which sends no event) every 20 ms until `predicate()` holds, up to a deadline."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.02)
+
+
+def vectors_complete(db: Path) -> bool:
+    store = Store.open(db, create=False)
+    try:
+        counts = store.counts()
+        return counts["vectors"] == counts["chunks"] > 0
+    finally:
+        store.close()
+
+
 def test_a_rebuild_with_another_model_stops_the_watch_with_exit_2_and_keeps_the_rebuilt_index(vault, db):
     from puremind.config import load_settings
     from puremind.models.lazy import Models
@@ -1003,7 +1059,7 @@ def test_a_watch_that_starts_while_an_index_run_creates_the_index_waits_for_it(v
     try:
         embedder = FakeEmbedder("model-a")
         settings = load_settings({"vault": vault, "db": db})
-        assert embedder_for_index(settings, Models.given(embedder), lambda _: None) is embedder
+        assert embedder_for_index(settings, Models.given(embedder), lambda _: None)() is embedder
     finally:
         creating.execute("ROLLBACK")
         creating.close()

@@ -292,9 +292,16 @@ def decode_arrays(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
+#: what the reference of an export is, as its metadata says it; a folder that ships its own ONNX model has no torch
+#: reference, and its fp32 ONNX file is the reference instead (`puremind.export.from_onnx`)
+TORCH_REFERENCE = "torch fp32 of the source model"
+
+
 def fidelity_record(role: str, reference: Mapping[str, np.ndarray], variant: Mapping[str, np.ndarray], *,
-                    provider: str, probe: Probe | None = None) -> dict[str, Any]:
-    """The "fidelity" entry of a variant's metadata: figures, thresholds, verdict, and the reference outputs."""
+                    provider: str, probe: Probe | None = None, reference_label: str = TORCH_REFERENCE
+                    ) -> dict[str, Any]:
+    """The "fidelity" entry of a variant's metadata: figures, thresholds, verdict, and the reference outputs
+    (`reference_label` says what computed them)."""
     probe = probe or load_probe()
     figures = compare(role, reference, variant, probe)
     thresholds = thresholds_for(role)
@@ -303,7 +310,7 @@ def fidelity_record(role: str, reference: Mapping[str, np.ndarray], variant: Map
         "format": FORMAT,
         "status": "kept-out" if failed else "ok",
         "checked_on": provider,
-        "reference": "torch fp32 of the source model",
+        "reference": reference_label,
         "probe": {"passages": len(probe.passages), "queries": len(probe.queries),
                   "languages": len(probe.languages), "scripts": len(probe.scripts)},
         "figures": figures,

@@ -25,6 +25,7 @@ from puremind.models.manifest import (
     ModelSpec,
     VariantSpec,
 )
+from puremind.models.onnx_folder import onnx_variants
 
 #: Config keys that override what a generic model's own files say.
 OVERRIDE_KEYS = ("pooling", "query_prefix", "passage_prefix", "normalize")
@@ -55,7 +56,8 @@ def generic_spec(name: str, model_dir: Path, *, role: str, overrides: Mapping[st
     config.json (pooling mode, a Normalize module), sentence_bert_config.json (max_seq_length) and
     config_sentence_transformers.json (prompts: "query", "document"/"passage"). `overrides` (keys in
     OVERRIDE_KEYS; None values are ignored) win over the files. Without modules.json an embedder needs a
-    `pooling` override and is normalised unless `normalize` says otherwise.
+    `pooling` override and is normalised unless `normalize` says otherwise. A folder that holds its own ONNX model
+    (`puremind.models.onnx_folder`) serves fp32 on every device where its int8 and fp16 copies cannot be made.
 
     Raises:
         ModelError: the folder lacks config.json or holds broken JSON, the model needs its own code
@@ -108,7 +110,7 @@ def generic_spec(name: str, model_dir: Path, *, role: str, overrides: Mapping[st
     elif padding_side not in PADDING_SIDES:
         padding_side = "right"
 
-    return ModelSpec(
+    spec = ModelSpec(
         key=_slug(name),
         hub_id=name,
         revision=None,
@@ -135,6 +137,8 @@ def generic_spec(name: str, model_dir: Path, *, role: str, overrides: Mapping[st
         default_variant=FrozenDict({**_DEFAULT_VARIANT, "CPUExecutionProvider": cpu_variant(config)}),
         languages=_card_languages(model_dir),
     )
+    # A folder that ships its ONNX model serves it as fp32 where its int8 and fp16 copies cannot be made.
+    return onnx_variants(spec, model_dir)
 
 
 def cpu_variant(config: Mapping[str, Any]) -> str:

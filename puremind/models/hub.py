@@ -171,8 +171,11 @@ def _missing(folder: Path, files: tuple[str, ...] | None) -> list[str]:
     """The needed files that `folder` lacks (a dangling cache symlink counts as missing)."""
     if files:
         return [f for f in files if not (folder / f).is_file()]
+    from puremind.models.onnx_folder import find_onnx
+
     missing = [] if (folder / "config.json").is_file() else ["config.json"]
-    if not any(p.is_file() for p in folder.glob("*.safetensors")):
+    # A snapshot that holds the model as ONNX (onnx/model.onnx) runs without its safetensors weights.
+    if not any(p.is_file() for p in folder.glob("*.safetensors")) and find_onnx(folder) is None:
         missing.append("model weights (*.safetensors)")
     return missing
 

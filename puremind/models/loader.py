@@ -264,6 +264,7 @@ def ways_forward(choice: ModelChoice, first: str | None = None) -> str:
     """One hint line naming every way forward for a model that cannot be had here; `first` (the specific
     remedy, e.g. "unset HF_HUB_OFFLINE ...") leads."""
     from puremind.models import hub
+    from puremind.models.onnx_folder import FP32_FILES, find_onnx
 
     role = choice.role
     pinned = not hub.is_local_name(choice.name) and load_manifest().by_hub_id(choice.name) is not None
@@ -274,9 +275,16 @@ def ways_forward(choice: ModelChoice, first: str | None = None) -> str:
         parts.append(f"run `puremind export-models` on a machine with network and copy its ~/.puremind/models "
                      f"folder to {models}")
         parts.append(f"set [models] {role} to a local model folder")
+    elif hub.is_local_name(choice.name):
+        # The user already copied a folder here: what it lacks is an ONNX model (only such a folder needs the extra).
+        if find_onnx(Path(choice.name).expanduser()) is None:
+            parts.append(f"put the model's ONNX export in that local model folder as {FP32_FILES[0]} beside "
+                         "tokenizer.json (many hub repositories ship one), since a folder with ONNX runs without the "
+                         "[export] extra")
     else:
         parts.append(f"download the model on a machine with network, copy its folder here and set [models] {role} "
-                     "to that local model folder")
+                     f"to that local model folder (one with an ONNX model, {FP32_FILES[0]}, runs without the "
+                     "[export] extra)")
     if role == "embedder":
         parts.append('set [models] embedder = "none" (PUREMIND_EMBED_MODEL=none) for keyword search only')
     else:

@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from puremind.errors import ModelError
-from puremind.models.batching import BatchedEmbedder, BatchedReranker, LoadsOnFirstUse, model_inputs
+from puremind.models.batching import BatchedEmbedder, BatchedReranker, LoadsOnFirstUse, l2_normalize, model_inputs
+from puremind.models.onnx_folder import POOLED_OUTPUTS
 from puremind.models.tokenize import Batch, ModelMeta, TextEncoder, read_json
 
 log = logging.getLogger("puremind.models")
@@ -213,13 +214,23 @@ class OnnxEmbedder(_SessionOwner, BatchedEmbedder):
         self.precision = precision if precision is not None else data.get("variant")
         self.encoder = TextEncoder(self.artefact_dir, self.meta, max_tokens=max_tokens)
         self._lazy = _LazySession(self.artefact_dir / MODEL_FILE, providers, threads)
+        # The graph output read: token vectors, pooled here, unless the graph pools itself (an ONNX file a model
+        # folder shipped, see puremind.models.onnx_folder).
+        self.output = str(data.get("output") or "last_hidden_state")
+        self.pooled = self.output in POOLED_OUTPUTS
 
     def _hidden(self, batch: Batch) -> np.ndarray:
-        hidden = self._lazy.run("last_hidden_state", batch)
+        hidden = self._lazy.run(self.output, batch)
         if hidden.shape[-1] != self.dim:
             raise ModelError(f"{self.artefact_dir} gives {hidden.shape[-1]}-dimensional vectors, "
                              f"its description says {self.dim}")
         return hidden
+
+    def _vectors(self, batch: Batch) -> np.ndarray:
+        if not self.pooled:
+            return super()._vectors(batch)
+        vectors = self._hidden(batch).reshape(len(batch.index), -1)
+        return l2_normalize(vectors) if self.meta.normalize else vectors
 
 
 class OnnxReranker(_SessionOwner, BatchedReranker):

@@ -4,7 +4,9 @@ A hybrid or reranked hit may have been found by meaning, anywhere in a passage o
 its first 200 characters often do not show why it was found. `best_excerpt` picks the window of the passage
 that holds the most distinct query words (case-folded, accents and a few English endings ignored, so
 "grinders" finds "grinder" and "setting" finds "set"; each Chinese, Japanese or Korean character of the query
-counts as a word), and cuts it at word boundaries with "…" wherever text was left out. Pure: text in, text out.
+counts as a word), and cuts it at word boundaries with "…" wherever text was left out. A passage that starts
+with YAML frontmatter is read as `without_frontmatter` shows it: its title and aliases as plain words, never its
+fences or `key:` lines. Pure: text in, text out.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import unicodedata
 
 from puremind.cjk import UNSPACED_CHARS
+from puremind.store.store import without_frontmatter
 
 EXCERPT_CHARS = 200
 ELLIPSIS = "…"
@@ -81,8 +84,9 @@ def _matches(key: str, wanted: set[str], prefixes: tuple[str, ...]) -> str | Non
 def best_excerpt(text: str, query: str, max_chars: int = EXCERPT_CHARS) -> str:
     """At most `max_chars` characters of `text` on one line: the window holding the most distinct words of
     `query` (then the most matches), with a little context before the first match, cut at word boundaries
-    and marked with "…" where text was left out. With no word of the query in the text, its start."""
-    flat = " ".join(text.split())
+    and marked with "…" where text was left out. With no word of the query in the text, its start. Frontmatter
+    shows as plain words (see `without_frontmatter`)."""
+    flat = " ".join(without_frontmatter(text).split())
     if len(flat) <= max_chars:
         return flat
     keys = query_keys(query)

@@ -12,16 +12,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
-from puremind.cjk import cjk_match_expression
+from puremind.cjk import MAX_MATCH_TERMS, cjk_match_expression
 from puremind.config import DEFAULT_FUSION_DEPTH, DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
+from puremind.messages import one_line
 from puremind.messages import quiet as _quiet
 from puremind.langs import readable_words, unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
@@ -77,6 +79,9 @@ class RetrievalParams:
     #: each list's weight in the fusion
     lexical_weight: float = 1.0
     cjk_weight: float = 1.0
+    #: a query of more character grams than this (unspaced scripts) is matched by this many, those the fewest
+    #: passages hold (puremind.cjk.rarest_grams; 0 = every gram, as before issue 33)
+    cjk_terms: int = MAX_MATCH_TERMS
     dense_weight: float = 1.0
     #: the list of passages that hold every word of the query (a query of two words or more)
     all_words_weight: float = 1.5
@@ -213,6 +218,43 @@ def _rerank_note(run: RerankRun) -> str:
     return note
 
 
+#: a note about a model that cannot be had is one line of at most this many characters as the terminal shows it
+#: ("note: " included), then one hint line
+NOTE_CHARS = 160
+UNAVAILABLE_HINTS = {
+    "embedder": "hint: `puremind export-models` (with network) gets it; `puremind doctor` says more; keyword search "
+                "answers meanwhile",
+    "reranker": "hint: --no-rerank (or [retrieval] rerank = false) skips it; `puremind export-models` (with network) "
+                "gets it; `puremind doctor` says more",
+}
+_REVISION = re.compile(r"\b([0-9a-f]{7})[0-9a-f]{33}\b")
+
+
+def unavailable_note(label: str, message: str) -> str:
+    """`label: why`, on one line of at most NOTE_CHARS characters (a 40-digit revision shortened to 7)."""
+    short = _REVISION.sub(r"\1", message)
+    return one_line(f"{label}: {short}", NOTE_CHARS - len("note: "))
+
+
+def index_run_going(db: Path) -> bool:
+    """Whether a `puremind index` or `watch` holds the index's lock now (the lock file is only read, never made)."""
+    import fcntl
+
+    try:
+        fd = os.open(Path(db).with_name(Path(db).name + ".lock"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
 def _load_now(model: Any) -> bool:
     """Load a model that loads on first use (an onnxruntime session, a torch module) now, when it has not loaded
     yet; whether it did. A model without `load` (handed in ready) is left as it is."""
@@ -276,13 +318,14 @@ class Searcher:
         self.models = models
         self.params = params
         self._notice = notice
-        self._unavailable: dict[str, tuple[float, str]] = {}  # role -> (retry after, monotonic; the note)
+        self._unavailable: dict[str, tuple[float, list[str]]] = {}  # role -> (retry after, monotonic; the notes)
         self._store: Store | None = None
         self._identity: tuple[int, int] | None = None
         self._dense = DenseIndex()
         self._lock = threading.Lock()
         self._reranking = reranking if reranking is not None else Reranking()
         self._query_vectors = QueryVectors()
+        self._coverage: tuple[int, tuple[int, int]] | None = None  # (change counter, vector_coverage())
 
     # -- lazily opened parts -------------------------------------------------------------------------------
 
@@ -347,9 +390,9 @@ class Searcher:
         try:
             return get()
         except ModelsUnavailable as exc:
-            note = f"{label}: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else "")
-            self._unavailable[role] = (time.monotonic() + UNAVAILABLE_RETRY_S, note)
-            notes.append(note)
+            said = [unavailable_note(label, exc.message), UNAVAILABLE_HINTS[role]]
+            self._unavailable[role] = (time.monotonic() + UNAVAILABLE_RETRY_S, said)
+            notes.extend(said)
             return None
 
     def _still_unavailable(self, role: str, notes: list[str]) -> bool:
@@ -360,7 +403,7 @@ class Searcher:
         if time.monotonic() >= entry[0]:
             del self._unavailable[role]
             return False
-        notes.append(entry[1])
+        notes.extend(entry[1])
         return True
 
     def _note_vectors_unused(self, store: Store, notes: list[str]) -> None:
@@ -371,6 +414,17 @@ class Searcher:
                 f'keyword search only (embedder = "none"), though this index holds vectors of {model_label(stored)}: '
                 "set [models] embedder back to use them"
             )
+
+    def _note_coverage(self, store: Store, notes: list[str]) -> None:
+        """While an index run has not embedded every note yet (or could not load the model): how many notes meaning
+        search covers. The others are found by keyword only."""
+        counter = store.change_counter()
+        if self._coverage is None or self._coverage[0] != counter:
+            self._coverage = (counter, store.vector_coverage())
+        covered, total = self._coverage[1]
+        if covered < total:
+            going = "indexing goes on" if index_run_going(self.db) else "run `puremind index` to embed the rest"
+            notes.append(f"meaning search covers {covered:,} of {total:,} notes; {going}")
 
     # -- searching -------------------------------------------------------------------------------------------
 
@@ -411,6 +465,8 @@ class Searcher:
             # two threads importing one backend at once (torch, transformers) is not safe.
             preload = self._preload_reranker() if self.params.rerank and self.models.has("reranker") else None
             qvec = self._query_vectors.get(embedder, text) if text else None
+            if embedder is not None:
+                self._note_coverage(store, notes)
             hits, fused = self._fuse(store, match, query, qvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
@@ -468,9 +524,10 @@ class Searcher:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""
         p = self.params
         cand = p.candidates
-        cjk = cjk_match_expression(query)
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
         with store.snapshot():
+            # A long query's rarest grams only (counting them costs a bounded read of each gram's list).
+            cjk = cjk_match_expression(query, store.cjk_term_counts, p.cjk_terms)
             # One past the limit, to see whether the cut goes through a run of equal scores (`before_cut_tie`).
             found = [store.search_lexical(match, cand + 1),
                      store.search_lexical(every, cand + 1) if every is not None else [],

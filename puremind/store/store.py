@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy
 
-from puremind.cjk import cjk_terms
+from puremind.cjk import TERM_COUNT_CAP, cjk_terms
 from puremind.errors import IndexDamaged, QueryError, StoreError
 from puremind.fingerprint import index_mismatch, same_vectors
 from puremind.store import files
@@ -47,9 +47,22 @@ _COMPACT_PENDING = "compact_pending"
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def clip_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+def clip_excerpt(text: str, limit: int = EXCERPT_CHARS, *, passage: str | None = None) -> str:
     """`text` on one line in at most `limit` characters, cut after a whole word with "…". A long run without
-    spaces (a URL, Chinese or Japanese text) is cut inside rather than losing most of the room."""
+    spaces (a URL, Chinese or Japanese text) is cut inside rather than losing most of the room.
+
+    Frontmatter never shows as YAML (see `without_frontmatter`). `passage` is the chunk text that `text`, an FTS5
+    snippet, was cut from: a snippet that reaches into the passage's frontmatter is replaced by the start of the
+    passage as `without_frontmatter` shows it (where the title and aliases come first)."""
+    if passage is None:
+        text = without_frontmatter(text)
+    else:
+        split = _split_frontmatter(passage)
+        if split is not None:
+            core = text.strip().removeprefix("…").removesuffix("…").strip()
+            at = passage.find(core) if core else -1
+            if at < split[1]:  # the snippet begins inside the frontmatter (or cannot be placed)
+                text = split[0]
     flat = " ".join(text.split())
     if len(flat) <= limit:
         return flat
@@ -59,6 +72,88 @@ def clip_excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
         if space >= limit // 2:
             cut = cut[:space]
     return cut.rstrip(" …") + "…"
+
+
+#: What stands between a note's title and aliases and the rest of the passage in an excerpt.
+FRONTMATTER_JOINER = " — "
+_FRONTMATTER_SCALARS = ("|", ">", "|-", ">-", "|+", ">+")  # YAML block scalar markers: not words of the note
+
+
+def without_frontmatter(text: str) -> str:
+    """`text` as an excerpt shows it: a leading YAML frontmatter block (`---` on the first line up to a closing
+    `---` or `...` line, as the chunker finds it) becomes plain words, never its fences or `key:` lines. The
+    note's title and aliases come first ("Dana Fischer (Dana, DF) — " and the rest of the passage); a passage
+    that is all frontmatter shows the values of its entries ("Dana Fischer · Dana · DF · person"). Text without
+    frontmatter is returned as is. Pure; the stored chunk text (and the keyword index of it) keeps the block."""
+    split = _split_frontmatter(text)
+    return text if split is None else split[0]
+
+
+def _split_frontmatter(text: str) -> tuple[str, int] | None:
+    """(`text` shown without its frontmatter, the offset in `text` where the frontmatter block ends); None when
+    `text` does not start with frontmatter."""
+    lines = text.split("\n")
+    if lines[0].rstrip(" \t\r") != "---":
+        return None
+    close = next((i for i in range(1, len(lines)) if lines[i].rstrip(" \t\r") in ("---", "...")), None)
+    if close is None:  # without a closing line it is not frontmatter (a thematic break)
+        return None
+    fields: dict[str, list[str]] = {}
+    values: list[str] = []
+    key: str | None = None
+    for line in lines[1:close]:
+        line = line.rstrip(" \t\r")
+        nested = line[:1] in (" ", "\t")
+        body = line.strip()
+        if body.startswith("- ") or body == "-":  # a list item: belongs to the key above it
+            words = _frontmatter_values(body[1:])
+            if key is not None:
+                fields[key] += words
+            values += words
+            continue
+        name, colon, rest = body.partition(":")
+        if colon and _is_frontmatter_key(name.rstrip(" \t")) and (not rest or rest[0] in " \t"):
+            words = _frontmatter_values(rest)
+            if not nested:
+                key = name.rstrip(" \t").casefold()
+                fields[key] = list(words)
+            values += words
+        elif body and not body.startswith("#"):  # the text of a block scalar, or a value that goes on
+            values.append(body)
+    end = sum(len(line) + 1 for line in lines[: close + 1])
+    rest_of_text = text[end:] if end <= len(text) else ""
+    if not rest_of_text.strip():
+        return " · ".join(dict.fromkeys(v for v in values if v)), min(end, len(text))
+    title = next((v for v in fields.get("title", []) if v), "")
+    seen = {title.casefold()}
+    aliases = [a for a in fields.get("aliases", []) + fields.get("alias", [])
+               if a and a.casefold() not in seen and not seen.add(a.casefold())]
+    label = title
+    if aliases:
+        label = f"{title} ({', '.join(aliases)})" if title else ", ".join(aliases)
+    return (label + FRONTMATTER_JOINER if label else "") + rest_of_text.lstrip("\n"), end
+
+
+def _is_frontmatter_key(name: str) -> bool:
+    return bool(name) and (name[0].isalpha() or name[0] == "_") and all(ch.isalnum() or ch in "_-" for ch in name)
+
+
+def _frontmatter_values(value: str) -> list[str]:
+    """The words of one YAML value: an inline list's items, quotes and a trailing comment removed."""
+    value = value.strip()
+    if value in _FRONTMATTER_SCALARS:
+        return []
+    items = value[1:-1].split(",") if value.startswith("[") and value.endswith("]") else [value]
+    out = []
+    for item in items:
+        item = item.strip()
+        if len(item) >= 2 and item[0] == item[-1] and item[0] in "\"'":
+            item = item[1:-1].strip()
+        elif " #" in item:
+            item = item.split(" #", 1)[0].rstrip()
+        if item:
+            out.append(item)
+    return out
 
 
 def _guarded(action: str) -> Callable[[_F], _F]:
@@ -664,6 +759,20 @@ class Store:
         """
         return self._search_fts("chunks_cjk", "bm25(chunks_cjk)", "snippet(chunks_cjk, 0, '', '', '…', 24)", match, limit)
 
+    @_guarded("read")
+    def cjk_term_counts(self, terms: list[str], cap: int = TERM_COUNT_CAP) -> dict[str, int]:
+        """How many passages of the characters-and-pairs index hold each of `terms` (grams as puremind.cjk makes
+        them), each counted up to `cap`: term -> count, so that a search can match a long query's rarest grams.
+        Each count reads at most `cap` rows of the term's list, however large the index.
+
+        Raises:
+            QueryError: FTS5 rejected a term.
+            StoreError: the index cannot be read.
+        """
+        sql = "SELECT count(*) FROM (SELECT 1 FROM chunks_cjk WHERE chunks_cjk MATCH ? LIMIT ?)"
+        return {t: self._match_rows(sql, ('"' + t.replace('"', '""') + '"', int(cap)))[0][0]
+                for t in dict.fromkeys(terms)}
+
     def search_lexical(self, match: str, limit: int) -> list[Hit]:
         """BM25 keyword search: up to `limit` hits, best first.
 
@@ -788,17 +897,26 @@ class Store:
     def _search_fts(self, table: str, rank: str, snippet: str, match: str, limit: int) -> list[Hit]:
         if limit <= 0:
             return []
-        rows = self._match_rows(
-            "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line,"
-            f" -{rank}, c.text, {snippet}, f.title"
-            f" FROM {table}"
-            f" JOIN chunks AS c ON c.id = {table}.rowid"
-            " JOIN files AS f ON f.id = c.file_id"
-            f" WHERE {table} MATCH ?"
-            f" ORDER BY {rank}, c.id"
-            " LIMIT ?",
+        # The best `limit` first, by rank alone; then the passages, their notes and snippets of those only. In one
+        # query SQLite reads the text and makes a snippet of every passage that matches before it sorts: with a
+        # common word (or character pair) that is most of the index (issue 33).
+        ranked = self._match_rows(
+            f"SELECT rowid, -{rank} FROM {table} WHERE {table} MATCH ? ORDER BY {rank}, rowid LIMIT ?",
             (match, int(limit)),
         )
+        found = {
+            row[0]: row
+            for row in self._match_rows(
+                "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line, c.text, "
+                f"{snippet}, f.title"
+                f" FROM {table}"
+                f" JOIN chunks AS c ON c.id = {table}.rowid"
+                " JOIN files AS f ON f.id = c.file_id"
+                f" WHERE {table} MATCH ? AND {table}.rowid IN (SELECT value FROM json_each(?))",
+                (match, json.dumps([chunk_id for chunk_id, _ in ranked])),
+            )
+        } if ranked else {}
+        rows = [(*found[cid][:5], score, *found[cid][5:]) for cid, score in ranked if cid in found]
         if any(row[5] is None or row[6] is None for row in rows):
             # FTS5 pointing at rows it cannot score: its segments no longer match the chunks table.
             raise StoreError(
@@ -815,7 +933,7 @@ class Store:
                 score=float(row[5]),
                 text=row[6],
                 # A snippet of one very long "word" can run to thousands of characters.
-                excerpt=clip_excerpt(row[7] if row[7] and row[7].strip() else row[6]),
+                excerpt=clip_excerpt(row[7] if row[7] and row[7].strip() else row[6], passage=row[6]),
                 title=row[8],
             )
             for row in rows
@@ -921,6 +1039,72 @@ class Store:
             "SELECT DISTINCT f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.vector IS NULL"
         ).fetchall()
         return {row[0] for row in rows}
+
+    @_guarded("read")
+    def chunks_missing_vectors(self) -> list[tuple[int, str]]:
+        """(chunk id, text sha256) of every chunk without a vector, note by note in the order they were indexed:
+        what the second phase of an index run embeds.
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        return [
+            (row[0], row[1])
+            for row in self._db.execute(
+                "SELECT id, text_sha256 FROM chunks WHERE vector IS NULL ORDER BY file_id, ord"
+            ).fetchall()
+        ]
+
+    @_guarded("read")
+    def embed_sources(self, ids: list[int]) -> dict[int, tuple[str, str, str, tuple[str, ...], str]]:
+        """For these chunk ids (those that still exist): (text sha256, note path, note title, heading path, text),
+        from which the indexer makes the text the embedder reads (`indexer.embed_text`).
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        if not ids:
+            return {}
+        rows = self._db.execute(
+            "SELECT c.id, c.text_sha256, f.path, f.title, c.heading_path, c.text FROM chunks AS c"
+            " JOIN files AS f ON f.id = c.file_id WHERE c.id IN (SELECT value FROM json_each(?))",
+            (json.dumps([int(i) for i in ids]),),
+        ).fetchall()
+        return {row[0]: (row[1], row[2], row[3] or "", _heading_path(row[4]), row[5]) for row in rows}
+
+    @_guarded("write")
+    def set_vectors(self, rows: list[tuple[int, str, numpy.ndarray]]) -> int:
+        """Give chunks their vectors: (chunk id, the sha256 of the text the vector was made from, vector). A chunk
+        is only written when it still has that text and no vector yet, so a note changed meanwhile never gets the
+        vector of its old text. Needs an open batch. Returns how many chunks were written.
+
+        Raises:
+            RuntimeError: no batch is open.
+            ValueError: a vector is not a non-empty 1-D array of float16-sized values.
+            StoreError: the index cannot be written.
+        """
+        conn = self._require_batch("set_vectors")
+        written = 0
+        for chunk_id, sha, vector in rows:
+            written += conn.execute(
+                "UPDATE chunks SET vector = ? WHERE id = ? AND text_sha256 = ? AND vector IS NULL",
+                (_vector_bytes(vector), int(chunk_id), sha),
+            ).rowcount
+        conn.executemany("DELETE FROM orphan_vectors WHERE text_sha256 = ?", [(sha,) for _, sha, _ in rows])
+        return written
+
+    @_guarded("read")
+    def vector_coverage(self) -> tuple[int, int]:
+        """(notes whose every chunk has a vector, notes): how much of the index meaning search covers.
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        files_n, partial = self._db.execute(
+            "SELECT (SELECT count(*) FROM files),"
+            " (SELECT count(DISTINCT file_id) FROM chunks WHERE vector IS NULL)"
+        ).fetchone()
+        return files_n - partial, files_n
 
     @_guarded("read")
     def recent_files(self, since: float, limit: int) -> list[FileState]:
