@@ -675,6 +675,13 @@ class NoteTitle:
 
     title: str
     aliases: tuple[str, ...] = ()
+    #: frontmatter `private: true` (or yes, on): the note is kept from agents (README, Private notes)
+    private: bool = False
+
+
+#: frontmatter values of `private` that keep a note from agents (YAML's true, and YAML 1.1's yes and on; a
+#: quoted "true" counts too: when in doubt, a note stays private)
+PRIVATE_VALUES = ("true", "yes", "on")
 
 
 def note_title(text: str, rel: str) -> NoteTitle:
@@ -701,7 +708,8 @@ def note_title(text: str, rel: str) -> NoteTitle:
             aliases.append(alias)
     if stem.strip() and _name_key(stem) not in seen:
         aliases.append(stem)
-    return NoteTitle(title, tuple(aliases))
+    private = any(v.casefold() in PRIVATE_VALUES for v in fields.get("private", [])[:1])
+    return NoteTitle(title, tuple(aliases), private)
 
 
 def _name_key(name: str) -> str:

@@ -203,7 +203,7 @@ def render_search_lines(result) -> list[str]:
         crumb = " > ".join(p.heading_path)
         path = p.path.replace("\n", "\\n")
         lines.append(f"{p.rank}. {path}:{p.start_line}  (lines {p.start_line}-{p.end_line})  "
-                     f"{score_text(p.score_kind, p.score)}")
+                     f"{score_text(p.score_kind, p.score)}{'  private' if p.private else ''}")
         if crumb:
             lines.append(f"   {crumb}")
         excerpt = " ".join(p.excerpt.split())
@@ -297,6 +297,73 @@ def export_models(
     rows = export_configured(settings, variants=variant or None, coreml=coreml, roles=roles, force=force, progress=_notice)
     for model, name, folder in rows:
         typer.echo(f"{model}  {name:<7} {folder}")
+
+
+@app.command("eval")
+@_guarded
+def eval_(
+    queries: Optional[int] = typer.Option(None, "--queries", min=1, max=100_000, metavar="N", help="At most N known-item queries (default 300), shared among the kinds."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="The seed that picks the queries and the bootstrap resamples (default 34)."),
+    time_budget: float = typer.Option(0.0, "--time-budget", min=0.0, metavar="SECONDS", help="Stop starting queries after this many seconds (0 = no bound)."),
+    rerank_budget: Optional[float] = typer.Option(None, "--rerank-budget", metavar="SECONDS", help="Seconds the cross-encoder may take per search (0 = no bound; default [retrieval] rerank_budget)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Measure keyword, hybrid and reranked search on your own notes with known-item queries (they stay here)."""
+    from puremind.progress import progress_display
+    from puremind.services import run_eval
+
+    settings = _settings(rerank_budget=rerank_budget)
+    global _display
+    display = _display = progress_display()
+    try:
+        summary = run_eval(settings, seed=seed, queries=queries, time_budget=time_budget, progress=display,
+                           notice=_notice)
+    finally:
+        if display is not None:
+            display.close()
+        _display = None
+    if as_json:
+        typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
+    else:
+        for line in render_eval_lines(summary):
+            typer.echo(line)
+
+
+def render_eval_lines(summary: dict) -> list[str]:
+    """The terminal's lines for an eval summary: what it measured, one row per configuration and query kind, the
+    reranker against hybrid."""
+    q = summary["queries"]
+    kinds = ", ".join(f"{q[k]} {k}" for k in ("title", "heading", "sentence", "link") if q.get(k))
+    stopped = f" (--time-budget reached: {q['ran']} of {q['planned']})" if summary["stopped_by_time_budget"] else ""
+    lines = [f"{q['ran']} known-item queries from {summary['notes']:,} notes ({kinds}; seed {summary['seed']}) in "
+             f"{summary['elapsed_s']:.1f} s{stopped}",
+             f"measures: {summary['measures']}", ""]
+
+    def cell(f: dict) -> str:
+        return f"{f['value']:.3f} [{f['low']:.2f}-{f['high']:.2f}]"
+
+    lines.append(f"{'configuration':<32} {'kind':<9} {'n':>4}  {'hit@1':<18} {'hit@5':<18} {'MRR@10':<18} "
+                 f"{'median':>8} {'p95':>8}")
+    for config in summary["configurations"]:
+        if not config["ran"]:
+            lines.append(f"{config['name']:<32} skipped: {config['skipped']}")
+            continue
+        for kind, f in config.get("kinds", {}).items():
+            lat = f["latency_ms"]
+            lines.append(f"{config['name']:<32} {kind:<9} {f['queries']:>4}  {cell(f['hit@1']):<18} "
+                         f"{cell(f['hit@5']):<18} {cell(f['mrr@10']):<18} {lat['median']:>6.0f}ms {lat['p95']:>6.0f}ms")
+    lines.append("")
+    lines.append("[low-high]: 95% bootstrap interval (1,000 resamples of the queries); latency: one search, models loaded")
+    cmp = summary.get("rerank_vs_hybrid")
+    if cmp:
+        d = cmp["difference"]
+        said = {"helps": "raises it beyond the interval: rerank = \"auto\" runs it",
+                "hurts": "lowers it beyond the interval: rerank = \"auto\" turns it off",
+                "unclear": "does not raise it beyond the interval: rerank = \"auto\" turns it off"}[cmp["verdict"]]
+        lines.append(f"reranker against hybrid: MRR@10 {cmp['hybrid']:.3f} -> {cmp['reranked']:.3f}, difference "
+                     f"{d['value']:+.3f} [{d['low']:+.3f} to {d['high']:+.3f}] (paired bootstrap): the reranker {said}")
+    lines.append("stored in the index (figures only; no query or answer): `puremind doctor` shows it")
+    return lines
 
 
 @app.command()

@@ -29,6 +29,10 @@ DEFAULT_RERANK_BUDGET = 2.5
 #: how deep into each retriever's list the fusion reads first, in distinct notes (puremind.retrieval.fusion.
 #: fuse_at_depth; bench/RESULTS.md, issue-12-fusion-trials)
 DEFAULT_FUSION_DEPTH = 7
+#: `[retrieval] rerank` beside true and false: the reranker runs where the vault's last `puremind eval` found
+#: that it raises MRR@10 beyond the bootstrap interval (or where no eval was run yet)
+RERANK_AUTO = "auto"
+RERANK_CHOICES = (RERANK_AUTO,)
 #: `[models] embedder = "none"` turns semantic search off: keyword search only, no model is loaded.
 NO_EMBEDDER = "none"
 
@@ -65,12 +69,15 @@ FIELDS: tuple[Field, ...] = (
     Field("candidates", "retrieval", "candidates", None, int, 1, 1000),
     Field("rrf_k", "retrieval", "rrf_k", None, int, 1, 100000),
     Field("fusion_depth", "retrieval", "fusion_depth", None, int, 0, 1000),
-    Field("rerank", "retrieval", "rerank", None, bool),
+    # true, false or "auto" (puremind.retrieval.gate: the reranker runs where the vault's last eval found it helps)
+    Field("rerank", "retrieval", "rerank", "PUREMIND_RERANK", bool, choices=RERANK_CHOICES),
     Field("rerank_chars", "retrieval", "rerank_chars", None, int, 50, 100000),
     Field("rerank_candidates", "retrieval", "rerank_candidates", None, int, 1, 1000),
     Field("rerank_budget", "retrieval", "rerank_budget", None, float, 0, 86400),
     Field("inbox_folder", "inbox", "folder", None, str),
     Field("proposals", "server", "proposals", None, bool),
+    # vault-relative folders whose notes agents never receive (like frontmatter `private: true`)
+    Field("private_folders", "agents", "private", None, tuple),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 
@@ -100,7 +107,8 @@ class Settings:
     #: the fusion reads each list down to its `fusion_depth`-th distinct note first, then orders the rest by the
     #: whole lists (0: whole lists)
     fusion_depth: int = DEFAULT_FUSION_DEPTH
-    rerank: bool = True
+    #: True, False or "auto" (RERANK_AUTO)
+    rerank: bool | str = True
     rerank_chars: int = 800
     rerank_candidates: int = 50
     #: seconds the cross-encoder may take per search (0 = no bound); see puremind.retrieval.rerank
@@ -109,6 +117,9 @@ class Settings:
     inbox_folder: str = "inbox"
     #: offer the MCP tool puremind_propose (agents propose notes to the inbox)
     proposals: bool = False
+    #: vault-relative folders ("Journal/") whose notes are kept from agents: indexed and found by the terminal's
+    #: search, never returned by the MCP tools (see puremind.vault.in_folders)
+    private_folders: tuple[str, ...] = ()
 
     @property
     def semantic(self) -> bool:
@@ -199,9 +210,20 @@ def _coerce(field: Field, value: Any, where: str) -> Any:
     if field.kind is bool:
         if isinstance(value, bool):
             return value
+        if field.choices and isinstance(value, str) and value.strip().lower() in field.choices:
+            return value.strip().lower()
         if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             return value.strip().lower() in ("1", "true", "yes", "on")
-        raise ConfigError(f"{where} must be true or false, not {value!r}")
+        allowed = "true or false" + "".join(f', or "{choice}"' for choice in field.choices or ())
+        raise ConfigError(f"{where} must be {allowed}, not {value!r}")
+    if field.kind is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings, not {value!r}")
+        items = tuple(v.strip() for v in value)
+        if any(not v or v.strip("/.\\ ") == "" for v in items):
+            raise ConfigError(f"{where} must name folders of the vault, not {value!r}",
+                              hint='for example ["Journal/", "Health/"]')
+        return items
     if field.kind in (int, float):
         noun = "a whole number" if field.kind is int else "a number"
         if isinstance(value, str):
@@ -290,6 +312,8 @@ def render_config(values: Mapping[str, Any]) -> str:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

@@ -328,7 +328,34 @@ def _index_content(conn: sqlite3.Connection, db: Path, settings: Settings, index
             stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(at))
             checks.append(Check("index", "last run", OK, f"last index run {stamp} ({_ago(time.time() - at)})",
                                 figures={"last_run": at}))
+    checks.append(_eval_check(settings, meta))
     return checks
+
+
+def _eval_check(settings: Settings, meta: dict[str, str]) -> Check:
+    """The vault's last `puremind eval` (figures only) and the rerank gate's state: one line."""
+    from puremind.retrieval.gate import META_EVAL, read_summary, rerank_gate
+
+    summary = read_summary(meta.get(META_EVAL))
+    gate = None
+    if not settings.semantic:
+        state = 'no reranker (embedder = "none")'
+    elif settings.rerank == "auto":
+        gate = rerank_gate(summary, settings.reranker)
+        state = f'rerank = "auto": the reranker {"runs" if gate.run else "is off"} ({gate.reason})'
+    else:
+        state = f"rerank = {'true' if settings.rerank else 'false'}"
+    if summary is None:
+        return Check("index", "eval", OK, f"no eval on this vault yet; {state.split(' (', 1)[0]}",
+                     "`puremind eval` measures keyword, hybrid and reranked search on your own notes")
+    mrr = []
+    for config in summary.get("configurations", []):
+        value = ((config.get("kinds") or {}).get("all") or {}).get("mrr@10", {}).get("value")
+        if value is not None:
+            mrr.append(f"{config.get('name')} {value:.2f}")
+    ran = (summary.get("queries") or {}).get("ran", 0)
+    line = f"last eval {str(summary.get('date', ''))[:10]}: {ran} queries, MRR@10 {', '.join(mrr) or 'none'}; {state}"
+    return Check("index", "eval", OK, line, figures={"eval": summary})
 
 
 def _ago(seconds: float) -> str:

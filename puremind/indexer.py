@@ -30,7 +30,7 @@ from puremind import chunker
 from puremind.errors import IndexBusyError, PuremindError, StoreError, VaultError
 from puremind.index_plan import RunPlan, content_action, note_identity, plan_run, unreadable_warnings
 from puremind.store import ChunkRow, Store
-from puremind.vault import NoteFile, NoteReadError, read_note, walk_vault
+from puremind.vault import NoteFile, NoteReadError, in_folders, read_note, walk_vault
 
 if TYPE_CHECKING:
     import numpy as np
@@ -121,8 +121,9 @@ class IndexReport:
 
 def chunker_signature() -> str:
     """The chunker settings that shape stored chunks and titles; a change re-reads every note (vectors of unchanged
-    text are reused). titles=2: the file name is a name of every note, an alias when the note has another title."""
-    return f"v{chunker.CHUNKER_VERSION};max=2048;min=100;overlap=0.2;titles=2"
+    text are reused). titles=2: the file name is a name of every note, an alias when the note has another title.
+    private=1: the frontmatter's `private` flag is stored (an index of the release before never read it)."""
+    return f"v{chunker.CHUNKER_VERSION};max=2048;min=100;overlap=0.2;titles=2;private=1"
 
 
 def embed_text(chunk: chunker.Chunk, title: str = "") -> str:
@@ -210,6 +211,9 @@ class IndexOptions:
     #: phase two: seconds one embedding call (and commit) should take (a watch keeps it short, so that a saved
     #: note waits for at most one call)
     embed_seconds: float = EMBED_SECONDS
+    #: `[agents] private`: vault-relative folders whose notes are kept from agents. Each run marks the notes anew,
+    #: first, so a change of these folders takes effect without reading or embedding a note again.
+    private_folders: tuple[str, ...] = ()
 
 
 def index_vault(
@@ -259,6 +263,8 @@ def index_vault(
                          standing=dict(plan.standing))
     report.skipped.update(walk.skipped)
     _start_run(store, embedder, model_changed=model_changed, rebuild=opts.rebuild)
+    with store.batch():
+        store.refresh_private((lambda path: in_folders(path, opts.private_folders)) if opts.private_folders else None)
     # Vectors of identical text are reused in phase one: those of the model handed in, or (a model loaded later)
     # those of the index, whose model the caller compared with the configured one before the run.
     reuse_fp = embedder.fingerprint if embedder is not None else (
@@ -446,9 +452,11 @@ def _read_and_store(store: Store, plan: RunPlan, reuse_fp: str | None, report: I
             text = data.decode("utf-8", errors="replace")
             named = chunker.note_title(text, note.rel)
             rows = _chunk_rows(text, named.title, None if opts.rebuild else reuse_fp, store, reuse, report)
+            private = named.private or in_folders(note.rel, opts.private_folders)
             pending.append(
-                lambda n=note, d=digest, r=rows, i=identity, t=named: store.put_file(
-                    n.rel, d, n.size, n.mtime_ns, r, identity=i, title=t.title, aliases=t.aliases)
+                lambda n=note, d=digest, r=rows, i=identity, t=named, p=private: store.put_file(
+                    n.rel, d, n.size, n.mtime_ns, r, identity=i, title=t.title, aliases=t.aliases,
+                    private_mark=t.private, private=p)
             )
             if state is None:
                 report.added += 1

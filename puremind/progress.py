@@ -14,7 +14,8 @@ from typing import Any
 from puremind.eta import Eta, clock
 
 #: what each phase shows and counts
-PHASES = {"reading": ("reading notes", "notes"), "embedding": ("embedding passages", "passages")}
+PHASES = {"reading": ("reading notes", "notes"), "embedding": ("embedding passages", "passages"),
+          "evaluating": ("eval: searching", "queries")}
 REFRESH_S = 0.1
 
 

@@ -49,6 +49,8 @@ class Passage(BaseModel):
     excerpt: str = Field(description="The part of the passage that matches the query, at most 200 characters, cut "
                          "at word boundaries with … where text is left out.")
     text: str = Field(description="The passage, as written in the note.")
+    private: bool = Field(False, description="True for a passage of a private note (frontmatter `private: true`, or "
+                          "a folder of `[agents] private`): only the user's own search finds those.")
 
 
 class SearchResult(BaseModel):
@@ -120,6 +122,7 @@ def search_result(outcome) -> SearchResult:
                 score_kind=kind(rank),
                 excerpt=hit.excerpt,
                 text=hit.text,
+                private=bool(getattr(hit, "private", False)),
             )
             for rank, hit in enumerate(outcome.hits, 1)
         ],

@@ -146,7 +146,7 @@ class PuremindTools:
             ConfigError: no vault is configured.
             VaultError: the path is not a note pureMind serves, or it cannot be read now.
         """
-        result = services.get_note(self.settings, args.path, max_chars=MAX_GET_CHARS)
+        result = services.get_note(self.settings, args.path, max_chars=MAX_GET_CHARS, agent=True)
         return result, render_note(result)
 
     def recent(self, args: RecentArgs) -> tuple[RecentResult, str]:
@@ -155,7 +155,7 @@ class PuremindTools:
         Raises:
             StoreError: there is no index yet, or it cannot be read.
         """
-        result = services.recent_notes(self.settings, args.days, args.limit)
+        result = services.recent_notes(self.settings, args.days, args.limit, agent=True)
         return result, render_recent(result)
 
     @property
@@ -472,7 +472,8 @@ def _make_tools(settings: Settings, rerank: bool | None, searcher: SearcherLike 
     if searcher is None:
         # The session's models object: built once here, loaded on the first search, closed by the lifespan.
         models = services.build_models(settings, progress=_stderr_notice)
-        searcher = services.make_searcher(settings, rerank=rerank, models=models, notice=_stderr_notice)
+        # agent=True: private notes are left out of every list, in the store (README, Private notes).
+        searcher = services.make_searcher(settings, rerank=rerank, models=models, notice=_stderr_notice, agent=True)
     return PuremindTools(settings, searcher)
 
 

@@ -423,7 +423,8 @@ def run_index(
             if new_file and (warning := files.open_folder_warning(settings.db)) and settings.db.parent != settings.home:
                 notice(f"warning: {warning}")
             return index_vault(store, vault, load_embedder=load_embedder, progress=progress,
-                               options=IndexOptions(rebuild=rebuild, allow_removals=allow_removals))
+                               options=IndexOptions(rebuild=rebuild, allow_removals=allow_removals,
+                                                    private_folders=settings.private_folders))
         finally:
             store.close()
 
@@ -448,7 +449,8 @@ def _repair(settings: Settings, vault: Path, load_embedder, allow_removals: bool
     store = Store.open(fresh)
     try:
         report = index_vault(store, vault, load_embedder=load_embedder, progress=progress,
-                             options=IndexOptions(rebuild=True, allow_removals=True))
+                             options=IndexOptions(rebuild=True, allow_removals=True,
+                                                  private_folders=settings.private_folders))
         notes = store.counts().get("files", 0)
     finally:
         store.close()
@@ -470,11 +472,12 @@ def _repair(settings: Settings, vault: Path, load_embedder, allow_removals: bool
 
 
 def make_searcher(settings: Settings, *, rerank: bool | None = None, models: Models | None = None,
-                  notice: Notice = quiet) -> Searcher:
-    """A Searcher over the configured index, with the models object (default: built from the settings)."""
+                  notice: Notice = quiet, agent: bool = False) -> Searcher:
+    """A Searcher over the configured index, with the models object (default: built from the settings). `agent`:
+    it serves an agent (the MCP server), and never finds a private note."""
     if models is None:
         models = build_models(settings, progress=notice)
-    return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank), notice=notice)
+    return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank), notice=notice, agent=agent)
 
 
 def require_index(settings: Settings) -> None:
@@ -536,30 +539,127 @@ def run_search(
     return search_result(outcome)
 
 
-def get_note(settings: Settings, path: str, *, max_chars: int = 200_000) -> NoteResult:
+def run_eval(
+    settings: Settings,
+    *,
+    seed: int | None = None,
+    queries: int | None = None,
+    time_budget: float = 0.0,
+    progress=None,
+    models: Models | None = None,
+    notice: Notice = quiet,
+) -> dict:
+    """`puremind eval`: known-item queries built from the configured vault (puremind.evaluate), run through each
+    configuration that can run here; returns the summary (figures only) after storing it in the index's meta table
+    in one write at the end, so an interrupted run leaves the last summary as it was.
+
+    Raises:
+        ConfigError, VaultError: no vault, or it holds no indexed note to build queries from.
+        StoreError: there is no index yet, or it cannot be read or written.
+        FingerprintMismatch: the configured embedder is not the one the index was built with.
+        ModelError: a configured model is broken.
+    """
+    import json
+
+    from puremind import evaluate
+    from puremind.retrieval.gate import META_EVAL
+    from puremind.vault import NoteReadError, read_note, walk_vault
+
+    require_index(settings)
+    vault = settings.require_vault()
+    seed = evaluate.DEFAULT_SEED if seed is None else seed
+    if models is None:
+        models = build_models(settings, progress=notice)
+    store = Store.open(settings.db, create=False)
+    try:
+        indexed = set(store.file_states())
+        stored = store.vectors_fingerprint()
+    finally:
+        store.close()
+    if models.semantic and stored is not None:
+        models.check_index(stored)  # before a model is loaded
+    notes = []
+    for note in walk_vault(vault).notes:
+        if note.rel in indexed:
+            try:
+                notes.append((note.rel, read_note(vault, note).decode("utf-8", errors="replace")))
+            except NoteReadError:
+                continue  # gone or changed since the walk: the next index run sees it
+    built = evaluate.build_queries(notes, seed=seed, limit=evaluate.DEFAULT_QUERIES if queries is None else queries)
+    if not built:
+        raise VaultError(f"no known-item queries could be built from the {len(notes)} indexed notes of {vault}",
+                         hint="run `puremind index`; eval needs notes with a title, a heading, a longer text or a link")
+    configs = evaluate.configurations(settings.db, models, retrieval_params(settings, rerank=True),
+                                      has_vectors=stored is not None)
+    start = time.perf_counter()
+    try:
+        evaluate.run_queries(built, configs, time_budget=time_budget, progress=progress)
+    finally:
+        for config in configs:
+            if config.searcher is not None:
+                config.searcher.close()
+    summary = evaluate.summarise(built, configs, seed=seed, notes=len(notes),
+                                 models=evaluate.model_summary(models, configs),
+                                 elapsed=time.perf_counter() - start, planned=len(built),
+                                 date=iso_utc(time.time_ns()))
+    store = Store.open(settings.db)
+    try:
+        with store.batch():
+            store.set_meta(META_EVAL, json.dumps(summary, ensure_ascii=False, separators=(",", ":")))
+    finally:
+        store.close()
+    return summary
+
+
+def get_note(settings: Settings, path: str, *, max_chars: int = 200_000, agent: bool = False) -> NoteResult:
     """One whole note by its vault-relative path, read with the indexer's rules (see vault.read_note_at); the
-    text is cut after `max_chars` characters.
+    text is cut after `max_chars` characters. `agent`: it serves an agent, so a private note (see `is_private`)
+    is refused with the very message of a note that does not exist.
 
     Raises:
         ConfigError: no vault is configured.
-        VaultError: the path is not a note pureMind serves, or it cannot be read now.
+        VaultError: the path is not a note pureMind serves (or, for an agent, is private), or it cannot be read now.
     """
-    from puremind.vault import read_note_at
+    from puremind.vault import not_served, read_note_at
 
     rel, data = read_note_at(settings.require_vault(), path)
     text = data.decode("utf-8", errors="replace")
+    if agent and is_private(settings, rel, text):
+        raise not_served(path)
     return NoteResult(path=rel, text=text[:max_chars], total_chars=len(text), truncated=len(text) > max_chars)
 
 
-def recent_notes(settings: Settings, days: int, limit: int) -> RecentResult:
-    """Notes by modification time, newest first, from the index's file table.
+def is_private(settings: Settings, rel: str, text: str) -> bool:
+    """Whether the note at `rel` with content `text` is kept from agents: its frontmatter says `private: true`, it
+    lies in a folder of `[agents] private`, or the index marks it private (as of the last run). The note as it is
+    now counts as well as the index, so a note made private since the last run is refused already; an index that
+    cannot be read leaves the first two to decide."""
+    from puremind.chunker import note_title
+    from puremind.vault import in_folders
+
+    if in_folders(rel, settings.private_folders) or note_title(text, rel).private:
+        return True
+    if not settings.db.exists():
+        return False
+    try:
+        store = Store.open(settings.db, create=False)
+        try:
+            return store.is_private(rel)
+        finally:
+            store.close()
+    except StoreError:
+        return False
+
+
+def recent_notes(settings: Settings, days: int, limit: int, *, agent: bool = False) -> RecentResult:
+    """Notes by modification time, newest first, from the index's file table; `agent`: without private notes.
 
     Raises:
         StoreError: there is no index yet, or it cannot be read.
     """
     require_index(settings)
     since = time.time() - days * 86_400
-    store = Store.open(settings.db, create=False)
+    store = Store.open(settings.db, create=False, hide_private=agent)
     try:
         rows = store.recent_files(since, limit)
     finally:
@@ -599,7 +699,7 @@ def run_watch(
         models = build_models(settings, progress=notice)
     load_embedder = embedder_for_index(settings, models, notice)
     watcher = Watcher(vault, settings.db, load_embedder=load_embedder, timing=Timing.for_debounce(debounce), say=say,
-                      notice=notice, progress=progress)
+                      notice=notice, progress=progress, private_folders=settings.private_folders)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop())

@@ -256,12 +256,7 @@ def read_note_at(root: Path, rel: str) -> tuple[str, bytes]:
     """
     if not root.is_dir():
         raise VaultError(f"vault folder not found: {root}", hint="check the vault setting, or run `puremind init <vault_dir>`")
-    refused = VaultError(
-        f"no note {shown_text(rel)} in the vault",
-        hint="pass a vault-relative path of a .md or .markdown note exactly as puremind_search or "
-        "puremind_recent returned it; hidden files, node_modules, __pycache__ and links out of the vault "
-        "are not served",
-    )
+    refused = not_served(rel)
     if not is_note_path(root, rel):
         # macOS clients send decomposed (NFD) names, Linux files are mostly composed (NFC), and the reverse.
         other = _other_normalisation(root, rel)
@@ -280,6 +275,31 @@ def read_note_at(root: Path, rel: str) -> tuple[str, bytes]:
         if not is_note_path(root, rel):
             raise refused from None
         raise VaultError(exc.message, hint="try again; the note may be changing right now") from None
+
+
+def not_served(rel: str) -> VaultError:
+    """The one answer to a request for a note that is not served: missing, refused, outside the vault or private
+    alike, so that the answer never tells which files exist where an agent may not look."""
+    return VaultError(
+        f"no note {shown_text(rel)} in the vault",
+        hint="pass a vault-relative path of a .md or .markdown note exactly as puremind_search or "
+        "puremind_recent returned it; hidden files, node_modules, __pycache__ and links out of the vault "
+        "are not served",
+    )
+
+
+def folder_key(folder: str) -> str:
+    """A vault-relative folder as `[agents] private` folders are compared: NFC, casefolded, `/` separated, with
+    no leading `./` or `/` and one trailing `/` ("Journal" -> "journal/"). "" for the vault itself."""
+    parts = [p for p in unicodedata.normalize("NFC", folder).replace("\\", "/").split("/") if p not in ("", ".")]
+    return "".join(p.casefold() + "/" for p in parts)
+
+
+def in_folders(rel: str, folders: tuple[str, ...] | list[str]) -> bool:
+    """Whether the note at vault-relative path `rel` lies under one of `folders` (compared as `folder_key` makes
+    them: a case or Unicode normalisation variant of a folder is the same folder, as on macOS)."""
+    key = unicodedata.normalize("NFC", rel).casefold()
+    return any(key.startswith(f) for f in (folder_key(f) for f in folders) if f)
 
 
 def shown_text(text: str, limit: int = 200) -> str:

@@ -143,8 +143,10 @@ class Watcher:
         index_fn: Callable[..., IndexReport] = index_vault,
         observer_factory: Callable[[], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        private_folders: tuple[str, ...] = (),
     ):
         self.vault = Path(vault)
+        self.private_folders = tuple(private_folders)
         self.db = Path(db)
         self.embedder = embedder
         self.load_embedder = load_embedder
@@ -361,7 +363,8 @@ class Watcher:
                                             load_embedder=self._load_embedder if self.load_embedder else None,
                                             progress=self._progress_or_stop,
                                             keep_embedding=self._keep_embedding, compact=compact,
-                                            embed_seconds=min(self.embed_seconds, self.timing.debounce / 2))
+                                            embed_seconds=min(self.embed_seconds, self.timing.debounce / 2),
+                                            private_folders=self.private_folders)
                 except FingerprintMismatch as exc:
                     raise _Fatal(exc) from None
                 except VaultError as exc:

@@ -20,15 +20,16 @@ LAYERS: dict[str, int] = {
     "cli": 5, "server": 5, "demo": 5, "__main__": 5,
     "services": 4, "doctor": 4,
     "indexer": 3, "index_plan": 3, "retrieval": 3, "watcher": 3, "watch_schedule": 3, "connect": 3, "export": 3,
-    "inbox": 3,
+    "inbox": 3, "evaluate": 3,
     "results": 2, "store": 2, "chunker": 2, "vault": 2, "models": 2,
     "cjk": 1, "langs": 1, "eta": 1, "progress": 2, "fingerprint": 1, "inotify_watches": 1, "messages": 1, "config": 1, "errors": 0, "__init__": 0,
 }
 # Imports inside one layer that the design allows: the watcher runs the indexer and its schedule; the indexer
 # applies its plan; retrieval reads the store; the vault's safe reads share the chunker's line rules; the doctor
-# reads the settings as the services turn them into model choices.
+# reads the settings as the services turn them into model choices; eval runs searches.
 SAME_LAYER_OK = {("watcher", "indexer"), ("indexer", "index_plan"), ("watcher", "watch_schedule"),
-                 ("retrieval", "store"), ("vault", "chunker"), ("doctor", "services")}
+                 ("retrieval", "store"), ("vault", "chunker"), ("doctor", "services"),
+                 ("evaluate", "retrieval")}
 FRONT_ENDS = 5  # the command line, the server and the demo may call one another (`puremind serve` starts the server)
 NEVER = {("store", "models"), ("models", "store"), ("models", "export"), ("models", "services"),
          ("store", "services"), ("retrieval", "services"), ("indexer", "services"), ("watcher", "services")}

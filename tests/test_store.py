@@ -306,6 +306,32 @@ def test_an_older_index_is_upgraded_by_the_pending_migration_only(db: Path):
     conn.close()
 
 
+def _undo_private_columns(conn) -> None:
+    """Take an index back to before migration 7 (files.private_mark, files.private)."""
+    conn.execute("DROP INDEX files_private")
+    conn.execute("ALTER TABLE files DROP COLUMN private")
+    conn.execute("ALTER TABLE files DROP COLUMN private_mark")
+
+
+def test_an_index_from_before_private_notes_gets_every_note_public_until_the_next_run(db: Path):
+    s = Store.open(db)
+    with s.batch():
+        s.put_file("diary.md", "h1", 1, 0, [chunk(0, "secret words")], private_mark=True)
+    s.close()
+    conn = raw(db)
+    conn.execute("DELETE FROM schema_migrations WHERE version = 7")
+    _undo_private_columns(conn)
+    conn.close()
+    with Store.open(db, create=False, hide_private=True) as s:  # opening upgrades it
+        assert [h.path for h in s.search_lexical('"secret"', 5)] == ["diary.md"]
+        assert not s.is_private("diary.md")
+    with Store.open(db) as s:
+        with s.batch():
+            s.put_file("diary.md", "h1", 1, 0, [chunk(0, "secret words")], private_mark=True)
+    with Store.open(db, create=False, hide_private=True) as s:
+        assert s.search_lexical('"secret"', 5) == [] and s.is_private("diary.md")
+
+
 def test_an_index_from_before_thai_matching_gets_its_thai_runs_as_characters_and_pairs(db: Path):
     thai = "ร้านกาแฟใกล้สถานีรถไฟ"
     s = Store.open(db)
@@ -316,7 +342,8 @@ def test_an_index_from_before_thai_matching_gets_its_thai_runs_as_characters_and
     # The index as the code before migration 6 left it: Thai runs were not in cjk_text.
     conn = raw(db)
     conn.execute("UPDATE chunks SET cjk_text = ''")
-    conn.execute("DELETE FROM schema_migrations WHERE version = 6")
+    conn.execute("DELETE FROM schema_migrations WHERE version >= 6")
+    _undo_private_columns(conn)  # migration 7 came later
     assert conn.execute("SELECT count(*) FROM chunks_cjk WHERE chunks_cjk MATCH '\"สถ\"'").fetchone() == (0,)
     conn.close()
     with Store.open(db, create=False) as s:  # opening upgrades it

@@ -60,7 +60,9 @@ class RetrievalParams:
 
     candidates: int = 50
     rrf_k: int = 60
-    rerank: bool = True
+    #: True, False, or "auto": the reranker runs where the vault's last `puremind eval` found that it helps
+    #: (puremind.retrieval.gate)
+    rerank: bool | str = True
     rerank_chars: int = 800
     #: how many of the fused candidates the cross-encoder may read, best first
     rerank_candidates: int = 50
@@ -311,10 +313,12 @@ class Searcher:
     """
 
     def __init__(self, db: Path, models: "Models", params: RetrievalParams = RetrievalParams(), *,
-                 notice: Notice = _quiet, reranking: Reranking | None = None):
+                 notice: Notice = _quiet, reranking: Reranking | None = None, agent: bool = False):
         """`reranking` holds the cross-encoder's score cache and measured speed (default: a new one, kept as long
-        as this searcher)."""
+        as this searcher). `agent`: the searches serve an agent (the MCP server), so every list leaves out the
+        notes marked private, in the store (Store.open's `hide_private`), before it is ranked and cut."""
         self.db = Path(db)
+        self.agent = agent
         self.models = models
         self.params = params
         self._notice = notice
@@ -346,7 +350,7 @@ class Searcher:
             self._store = None
             self._dense = DenseIndex()  # a new file's change counter says nothing about the old matrix
         if self._store is None:
-            self._store = Store.open(self.db, create=False)
+            self._store = Store.open(self.db, create=False, hide_private=self.agent)
             self._identity = identity
         return self._store
 
@@ -463,7 +467,8 @@ class Searcher:
                 notes.append(_loaded_note("embedder", time.perf_counter() - start))
             # The reranker loads beside the query's embedding and the lists. Not beside the embedder's own load:
             # two threads importing one backend at once (torch, transformers) is not safe.
-            preload = self._preload_reranker() if self.params.rerank and self.models.has("reranker") else None
+            rerank = self._gate(store, notes) if self.params.rerank == "auto" else bool(self.params.rerank)
+            preload = self._preload_reranker() if rerank and self.models.has("reranker") else None
             qvec = self._query_vectors.get(embedder, text) if text else None
             if embedder is not None:
                 self._note_coverage(store, notes)
@@ -483,6 +488,18 @@ class Searcher:
                 dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query)) for h in hits[:limit]
             ]
             return SearchOutcome(query, "hybrid", out, notes)
+
+    def _gate(self, store: Store, notes: list[str]) -> bool:
+        """`rerank = "auto"`: whether the reranker runs, from the vault's last eval (puremind.retrieval.gate); when it
+        does not, `notes` says why."""
+        from puremind.retrieval.gate import META_EVAL, read_summary, rerank_gate, reranker_name
+
+        if not self.models.has("reranker"):
+            return False
+        gate = rerank_gate(read_summary(store.get_meta(META_EVAL)), reranker_name(self.models))
+        if not gate.run:
+            notes.append(f'reranker not run (rerank = "auto"): {gate.reason}')
+        return gate.run
 
     def _readable_part(self, embedder: Any, query: str, notes: list[str]) -> str:
         """For a query the embedder was left out of that mixes scripts: the words in scripts it reads (an English

@@ -52,6 +52,8 @@ class Hit:
     excerpt: str
     #: the note's title (see puremind.chunker.note_title)
     title: str = ""
+    #: the note is kept from agents (frontmatter `private: true` or a private folder; see Store.refresh_private)
+    private: bool = False
 
 
 @dataclass(frozen=True)

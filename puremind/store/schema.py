@@ -159,6 +159,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         # The update trigger of migration 3 keeps chunks_cjk in step.
         (lambda conn: _fill_cjk_text(conn, only_changed=True),),
     ),
+    Migration(
+        7,
+        "files.private_mark and files.private: notes kept from agents (frontmatter `private: true`, or a folder "
+        "of `[agents] private`)",
+        (
+            # What the note's own frontmatter says, as the last run read it.
+            "ALTER TABLE files ADD COLUMN private_mark INTEGER NOT NULL DEFAULT 0",
+            # private_mark, or the note lies in a private folder of the configuration of the last run: what the
+            # searches that serve an agent leave out. Set by the next index run (the chunker signature changed
+            # with this, so it reads every note again; vectors of unchanged text are reused).
+            "ALTER TABLE files ADD COLUMN private INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX files_private ON files(private) WHERE private",
+        ),
+    ),
 )
 
 

@@ -240,11 +240,12 @@ class Store:
         self._path = path
         self._batch_open = False
         self._snapshot_open = False
+        self._hide_private = False
 
     # -- opening and closing -------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = True) -> "Store":
+    def open(cls, path: Path, *, create: bool = True, hide_private: bool = False) -> "Store":
         """Open (and with `create`, make) the index at `path`, upgrading an older schema.
 
         A missing parent folder is created 0700 and the file 0600 whatever the umask; an existing
@@ -257,12 +258,22 @@ class Store:
         secure_delete=ON, foreign_keys=ON; both wait up to 10 s for a lock, so a searcher can open
         and read while another process is writing.
 
+        With `hide_private` (a store that serves an agent), every read leaves out the notes marked private
+        (files.private, see `refresh_private`): the searches filter them in SQL, so that each list still holds
+        up to its limit of other passages.
+
         Raises:
             StoreError: create=False and there is no file ("no index at PATH"); the file is not an
                 SQLite database, is another program's database, is damaged, or was written by a
                 newer pureMind; the file or its folder cannot be created, opened or written
                 (permissions, read-only filesystem, disk full) or stayed locked too long.
         """
+        store = cls._open(path, create=create)
+        store._hide_private = hide_private
+        return store
+
+    @classmethod
+    def _open(cls, path: Path, *, create: bool) -> "Store":
         path = Path(path).expanduser().absolute()
         try:
             if create:
@@ -369,6 +380,19 @@ class Store:
     def path(self) -> Path:
         """The index file's absolute path."""
         return self._path
+
+    def _public(self, files_alias: str) -> str:
+        """An SQL condition on the files row `files_alias`: true for every note, or, when this store hides
+        private notes, for those not marked private."""
+        return f"NOT {files_alias}.private" if self._hide_private else "1"
+
+    def _public_chunk(self, chunk_id: str) -> str:
+        """An SQL condition on a chunk id expression: true for every chunk, or, when this store hides private
+        notes, for those whose note is not marked private."""
+        if not self._hide_private:
+            return "1"
+        return (f"{chunk_id} NOT IN (SELECT pc.id FROM files AS pf JOIN chunks AS pc ON pc.file_id = pf.id"
+                " WHERE pf.private)")
 
     def close(self) -> None:
         """Close the connection. Safe to call twice. Any open batch is rolled back."""
@@ -579,11 +603,12 @@ class Store:
     @_guarded("write")
     def put_file(
         self, path: str, sha256: str, size: int, mtime_ns: int, chunks: list[ChunkRow], *, identity: str = "",
-        title: str = "", aliases: tuple[str, ...] = (),
+        title: str = "", aliases: tuple[str, ...] = (), private_mark: bool = False, private: bool = False,
     ) -> None:
         """Insert or replace the file `path` and all its chunks (the old chunks and their FTS
         entries are deleted), with the note's title and aliases (searched by `search_titles`). Needs an open
-        batch.
+        batch. `private_mark`: the note's frontmatter says `private: true`; `private`: the note is kept from
+        agents (its mark, or a private folder; see `refresh_private`).
 
         Raises:
             RuntimeError: no batch is open.
@@ -607,13 +632,15 @@ class Store:
             for chunk in chunks
         ]
         file_id = conn.execute(
-            "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at, identity, title, aliases)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at, identity, title, aliases, private_mark,"
+            " private) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(path) DO UPDATE SET sha256 = excluded.sha256, size = excluded.size,"
             " mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at, identity = excluded.identity,"
-            " title = excluded.title, aliases = excluded.aliases"
+            " title = excluded.title, aliases = excluded.aliases, private_mark = excluded.private_mark,"
+            " private = excluded.private"
             " RETURNING id",
-            (path, sha256, int(size), int(mtime_ns), time.time(), identity, title, "\n".join(aliases)),
+            (path, sha256, int(size), int(mtime_ns), time.time(), identity, title, "\n".join(aliases),
+             int(bool(private_mark)), int(bool(private or private_mark))),
         ).fetchall()[0][0]  # fetchall: a RETURNING statement must run to its end before the next one
         # Row by row through the delete trigger, so the FTS index forgets exactly these rows.
         deleted = conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,)).rowcount
@@ -647,6 +674,44 @@ class Store:
         )
         if cursor.rowcount == 0:
             raise KeyError(path)
+
+    @_guarded("write")
+    def refresh_private(self, in_private_folder: Callable[[str], bool] | None) -> int:
+        """Mark each note private when its frontmatter says so (private_mark) or `in_private_folder(path)` (None:
+        no folder is private), and public otherwise: a change of the configured folders takes effect without
+        reading a note again. Needs an open batch. Returns how many notes changed.
+
+        Raises:
+            RuntimeError: no batch is open.
+            StoreError: the index cannot be written.
+        """
+        conn = self._require_batch("refresh_private")
+        if in_private_folder is None:
+            return conn.execute("UPDATE files SET private = private_mark WHERE private != private_mark").rowcount
+        rows = conn.execute("SELECT id, path, private_mark, private FROM files").fetchall()
+        changed = [(int(want), file_id) for file_id, path, mark, now in rows
+                   if (want := bool(mark) or in_private_folder(path)) != bool(now)]
+        conn.executemany("UPDATE files SET private = ? WHERE id = ?", changed)
+        return len(changed)
+
+    @_guarded("read")
+    def is_private(self, path: str) -> bool:
+        """Whether the note indexed under `path` is marked private (False when it is not indexed).
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        row = self._db.execute("SELECT private FROM files WHERE path = ?", (path,)).fetchone()
+        return bool(row and row[0])
+
+    @_guarded("read")
+    def private_count(self) -> int:
+        """How many indexed notes are kept from agents.
+
+        Raises:
+            StoreError: the index cannot be read.
+        """
+        return int(self._db.execute("SELECT count(*) FROM files WHERE private").fetchone()[0])
 
     @_guarded("write")
     def remove_file(self, path: str, *, keep_vectors_for: str | None = None) -> None:
@@ -769,7 +834,8 @@ class Store:
             QueryError: FTS5 rejected a term.
             StoreError: the index cannot be read.
         """
-        sql = "SELECT count(*) FROM (SELECT 1 FROM chunks_cjk WHERE chunks_cjk MATCH ? LIMIT ?)"
+        sql = ("SELECT count(*) FROM (SELECT 1 FROM chunks_cjk WHERE chunks_cjk MATCH ?"
+               f" AND {self._public_chunk('chunks_cjk.rowid')} LIMIT ?)")
         return {t: self._match_rows(sql, ('"' + t.replace('"', '""') + '"', int(cap)))[0][0]
                 for t in dict.fromkeys(terms)}
 
@@ -806,7 +872,8 @@ class Store:
         sizes = dict.fromkeys(wanted, 0)
         rows = self._db.execute(
             "SELECT f.path, c.text FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
-            " WHERE f.path IN (SELECT value FROM json_each(?)) AND c.ord < ? ORDER BY f.path, c.ord",
+            f" WHERE f.path IN (SELECT value FROM json_each(?)) AND c.ord < ? AND {self._public('f')}"
+            " ORDER BY f.path, c.ord",
             (json.dumps(wanted), _NOTE_SCORE_CHUNKS),
         )
         for path, text in rows:
@@ -827,7 +894,7 @@ class Store:
             return []
         rows = self._match_rows(
             "SELECT f.id, f.path, f.title, f.aliases, -bm25(notes_fts, 1.0, 0.8) FROM notes_fts"
-            " JOIN files AS f ON f.id = notes_fts.rowid WHERE notes_fts MATCH ?"
+            f" JOIN files AS f ON f.id = notes_fts.rowid WHERE notes_fts MATCH ? AND {self._public('f')}"
             " ORDER BY bm25(notes_fts, 1.0, 0.8), f.id LIMIT ?",
             (match, int(limit)),
         )
@@ -846,7 +913,7 @@ class Store:
             return []
         rows = self._match_rows(
             "SELECT f.id, f.path, f.title, f.aliases, 0.0 FROM notes_fts JOIN files AS f ON f.id = notes_fts.rowid"
-            " WHERE notes_fts MATCH ? ORDER BY f.path",
+            f" WHERE notes_fts MATCH ? AND {self._public('f')} ORDER BY f.path",
             (" OR ".join('"' + n.replace('"', '""') + '"' for n in sorted(wanted)),),
         )
         hits = [_title_hit(*row) for row in rows]
@@ -859,7 +926,8 @@ class Store:
         Raises:
             StoreError: the index cannot be read.
         """
-        return self._id_map("SELECT id, file_id FROM chunks WHERE id IN (SELECT value FROM json_each(?))", chunk_ids)
+        return self._id_map("SELECT id, file_id FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+                            f" AND {self._public_chunk('id')}", chunk_ids)
 
     @_guarded("read")
     def best_chunk_of(self, file_ids: list[int]) -> dict[int, int]:
@@ -869,7 +937,9 @@ class Store:
             StoreError: the index cannot be read.
         """
         return self._id_map(
-            "SELECT file_id, MIN(id) FROM chunks WHERE file_id IN (SELECT value FROM json_each(?)) GROUP BY file_id",
+            "SELECT file_id, MIN(id) FROM chunks WHERE file_id IN (SELECT value FROM json_each(?))"
+            + ("" if not self._hide_private else " AND file_id NOT IN (SELECT id FROM files WHERE private)")
+            + " GROUP BY file_id",
             file_ids,
         )
 
@@ -901,18 +971,20 @@ class Store:
         # query SQLite reads the text and makes a snippet of every passage that matches before it sorts: with a
         # common word (or character pair) that is most of the index (issue 33).
         ranked = self._match_rows(
-            f"SELECT rowid, -{rank} FROM {table} WHERE {table} MATCH ? ORDER BY {rank}, rowid LIMIT ?",
+            f"SELECT rowid, -{rank} FROM {table} WHERE {table} MATCH ? AND {self._public_chunk(table + '.rowid')}"
+            f" ORDER BY {rank}, rowid LIMIT ?",
             (match, int(limit)),
         )
         found = {
             row[0]: row
             for row in self._match_rows(
                 "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line, c.text, "
-                f"{snippet}, f.title"
+                f"{snippet}, f.title, f.private"
                 f" FROM {table}"
                 f" JOIN chunks AS c ON c.id = {table}.rowid"
                 " JOIN files AS f ON f.id = c.file_id"
-                f" WHERE {table} MATCH ? AND {table}.rowid IN (SELECT value FROM json_each(?))",
+                f" WHERE {table} MATCH ? AND {table}.rowid IN (SELECT value FROM json_each(?))"
+                f" AND {self._public('f')}",
                 (match, json.dumps([chunk_id for chunk_id, _ in ranked])),
             )
         } if ranked else {}
@@ -935,6 +1007,7 @@ class Store:
                 # A snippet of one very long "word" can run to thousands of characters.
                 excerpt=clip_excerpt(row[7] if row[7] and row[7].strip() else row[6], passage=row[6]),
                 title=row[8],
+                private=bool(row[9]),
             )
             for row in rows
         ]
@@ -955,7 +1028,8 @@ class Store:
 
     @_guarded("read")
     def vectors(self) -> tuple[numpy.ndarray, numpy.ndarray]:
-        """Every stored vector: (chunk ids int64 of shape (n,), float16 matrix (n, d)), by chunk id.
+        """Every stored vector: (chunk ids int64 of shape (n,), float16 matrix (n, d)), by chunk id (those of
+        private notes left out when this store hides them).
 
         One query; the matrix is a writable array over the joined bytes. An index without
         vectors gives arrays of shape (0,) and (0, 0).
@@ -964,7 +1038,9 @@ class Store:
             StoreError: the index cannot be read, or holds vectors of different sizes.
         """
         rows = self._db.execute(
-            "SELECT id, vector FROM chunks WHERE vector IS NOT NULL ORDER BY id"
+            "SELECT id, vector FROM chunks WHERE vector IS NOT NULL"
+            + ("" if not self._hide_private else " AND file_id NOT IN (SELECT id FROM files WHERE private)")
+            + " ORDER BY id"
         ).fetchall()
         if not rows:
             return numpy.empty(0, dtype=numpy.int64), numpy.empty((0, 0), dtype=numpy.float16)
@@ -994,9 +1070,9 @@ class Store:
         if not wanted:
             return []
         rows = self._db.execute(
-            "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line, c.text, f.title"
+            "SELECT c.id, f.path, c.heading_path, c.start_line, c.end_line, c.text, f.title, f.private"
             " FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
-            " WHERE c.id IN (SELECT value FROM json_each(?))",
+            f" WHERE c.id IN (SELECT value FROM json_each(?)) AND {self._public('f')}",
             (json.dumps(wanted),),
         ).fetchall()
         by_id = {
@@ -1010,6 +1086,7 @@ class Store:
                 text=row[5],
                 excerpt=clip_excerpt(row[5]),
                 title=row[6],
+                private=bool(row[7]),
             )
             for row in rows
         }
@@ -1117,8 +1194,8 @@ class Store:
         if limit <= 0:
             return []
         rows = self._db.execute(
-            "SELECT path, sha256, size, mtime_ns, indexed_at FROM files WHERE mtime_ns >= ?"
-            " ORDER BY mtime_ns DESC, path LIMIT ?",
+            "SELECT f.path, f.sha256, f.size, f.mtime_ns, f.indexed_at FROM files AS f WHERE f.mtime_ns >= ?"
+            f" AND {self._public('f')} ORDER BY f.mtime_ns DESC, f.path LIMIT ?",
             (int(since * 1_000_000_000), int(limit)),
         ).fetchall()
         return [FileState(*row) for row in rows]
