@@ -711,23 +711,9 @@ def _watch_checks(settings: Settings | None) -> list[Check]:
 def _lock_held(db: Path) -> bool:
     """Whether another process holds the index lock (indexer.IndexLock): a non-blocking shared lock on a separate
     descriptor, released at once; the lock file is never created here."""
-    import fcntl
+    from puremind.retrieval.pipeline import index_run_going
 
-    try:
-        fd = os.open(db.with_name(db.name + ".lock"), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    return index_run_going(db)
 
 
 def _watch_pids(proc: Path) -> list[int]:
