@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal, Mapping
+from typing import Literal, Mapping
 
 from puremind.store.rows import FileState
 from puremind.vault import NoteFile, WalkResult
@@ -80,17 +80,14 @@ def plan_run(
     states: Mapping[str, FileState],
     *,
     recut: bool = False,
-    model_changed: bool = False,
-    missing_vectors: Iterable[str] = (),
     rebuild: bool = False,
     allow_removals: bool = False,
 ) -> RunPlan:
     """The plan of one run: a step for every walked note (in walk order), and the notes to remove."""
-    lacking = set(missing_vectors)
     steps = []
     for note in walk.notes:
         state = states.get(note.rel)
-        force = recut or model_changed or note.rel in lacking
+        force = recut
         same_file = state is not None and (state.size, state.mtime_ns, state.identity) == (
             note.size, note.mtime_ns, note_identity(note))
         steps.append(NoteStep(note, state, "unchanged" if same_file and not force else "read", force))

@@ -327,14 +327,12 @@ def embed_missing(
     model: "Embedder" = embedder if hasattr(embedder, "embed") else embedder()  # type: ignore[operator,assignment]
     check_fingerprint(store, model)
     fingerprint = model.fingerprint
-    if store.embed_fingerprint() != fingerprint:
-        with store.batch():
+    with store.batch():
+        fresh = False
+        if store.embed_fingerprint() != fingerprint:  # written only when it changes: a write bumps the change counter
             fresh = store.vectors_fingerprint() is None
             store.set_embed_fingerprint(fingerprint)
-            _record_precision(store, model, fresh)
-    else:
-        with store.batch():
-            _record_precision(store, model, False)
+        _record_precision(store, model, fresh)
     total, done, size, at = len(todo), 0, EMBED_FIRST, 0
     while at < total:
         if keep_going is not None and not keep_going():

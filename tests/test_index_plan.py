@@ -49,11 +49,10 @@ def test_a_note_with_the_stored_size_mtime_and_identity_is_not_read_and_any_othe
     assert plan.unchanged == 1 and plan.remove == [] and not plan.standing
 
 
-@pytest.mark.parametrize("why", ["recut", "model_changed", "missing_vectors"])
-def test_a_recut_a_new_model_or_missing_vectors_read_and_chunk_an_unchanged_note_again(why):
+def test_a_recut_reads_and_chunks_an_unchanged_note_again():
+    # (a new model or missing vectors no longer re-read notes: phase two embeds the stored chunks, tests/test_two_phase.py)
     n = note("a.md")
-    flags = {"missing_vectors": ["a.md"]} if why == "missing_vectors" else {why: True}
-    plan = plan_run(ROOT, walk(n), {"a.md": stored(n, sha="x")}, **flags)
+    plan = plan_run(ROOT, walk(n), {"a.md": stored(n, sha="x")}, recut=True)
     (step,) = plan.steps
     assert step.step == "read" and step.force
     assert content_action(step, "x") == "put"  # same content, still chunked again

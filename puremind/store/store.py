@@ -1106,18 +1106,6 @@ class Store:
         return {"files": files_n, "chunks": chunks_n, "vectors": vectors_n}
 
     @_guarded("read")
-    def paths_missing_vectors(self) -> set[str]:
-        """Paths of files with at least one chunk that has no vector (indexed while no embedder was available).
-
-        Raises:
-            StoreError: the index cannot be read.
-        """
-        rows = self._db.execute(
-            "SELECT DISTINCT f.path FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.vector IS NULL"
-        ).fetchall()
-        return {row[0] for row in rows}
-
-    @_guarded("read")
     def chunks_missing_vectors(self) -> list[tuple[int, str]]:
         """(chunk id, text sha256) of every chunk without a vector, note by note in the order they were indexed:
         what the second phase of an index run embeds.
