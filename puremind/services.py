@@ -285,17 +285,26 @@ def export_models(
 ) -> list[tuple[str, str, Path]]:
     """`puremind export-models`: fetch and export the configured models. Returns (model, variant, folder) rows.
 
+    A model whose folder (or hub snapshot) holds its own ONNX model is prepared from it by onnxruntime's tools
+    (`export.from_onnx.adopt_onnx`: no torch); any other is exported through Optimum, which needs the [export] extra.
+
     Raises:
-        ModelError: the [export] extra is missing, or a model cannot be fetched or exported.
+        ModelError: the [export] extra is missing for a model without ONNX, or a model cannot be fetched or
+            exported.
     """
     import platform
 
     from puremind.errors import ModelError
     from puremind.export import export_available, export_model
+    from puremind.export.from_onnx import adopt_onnx
     from puremind.models.loader import resolve, source_of
+    from puremind.models.onnx_folder import find_onnx
 
-    if not export_available():
-        raise ModelError("the export step needs the [export] extra (torch, Optimum)", hint=EXPORT_HINT.split(", then")[0])
+    def need_export_extra(what: str) -> None:
+        if not export_available():
+            raise ModelError(f"the export step needs the [export] extra (torch, Optimum){what}",
+                             hint=EXPORT_HINT.split(", then")[0])
+
     if coreml is None:
         coreml = platform.system() == "Darwin" and platform.machine() == "arm64"
     done: list[tuple[str, str, Path]] = []
@@ -311,6 +320,12 @@ def export_models(
                 f"unknown variant {', '.join(unknown)} for {resolved.spec.hub_id}",
                 hint="defined: " + ", ".join(sorted(resolved.spec.variants)),
             )
+        if find_onnx(source.path) is not None:
+            # Its own ONNX model serves as fp32; fp16 and int8 are made from it (a Core ML copy is not).
+            paths = adopt_onnx(resolved.spec, source, settings.home, wanted, progress=progress, force=force)
+            done += [(resolved.spec.hub_id, v, p) for v, p in paths.items()]
+            continue
+        need_export_extra(f" for {resolved.spec.hub_id}, which ships no ONNX model")
         paths = export_model(resolved.spec, source, settings.home, wanted, progress=progress, force=force)
         done += [(resolved.spec.hub_id, v, p) for v, p in paths.items()]
         if coreml and "coreml" in resolved.spec.variants:

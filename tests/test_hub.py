@@ -19,7 +19,7 @@ import pytest
 
 from puremind.errors import ModelError
 from puremind.models import hub
-from puremind.models.hub import GENERIC_PATTERNS, ModelSource, ensure_telemetry_off, fetch, hub_cache_dir, is_local_name
+from puremind.models.hub import GENERIC_PATTERNS, META_PATTERNS, ONNX_PATTERNS, ModelSource, ensure_telemetry_off, fetch, hub_cache_dir, is_local_name
 from puremind.models.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -331,11 +331,57 @@ def test_online_an_unpinned_model_downloads_the_default_branch_once_and_then_sta
     fake_hub.repos["org/tiny"] = (OLD, model_src)
     first = fetch("org/tiny", None, None, progress=lambda m: None)
     assert first.revision == OLD
-    assert fake_hub.calls[0]["revision"] is None and fake_hub.calls[0]["allow_patterns"] == list(GENERIC_PATTERNS)
+    # No ONNX model in the repository: config and tokenizer first, then its safetensors at the commit just fetched.
+    assert [c["allow_patterns"] for c in fake_hub.calls] == [list(META_PATTERNS + ONNX_PATTERNS), ["*.safetensors"]]
+    assert fake_hub.calls[0]["revision"] is None and fake_hub.calls[1]["revision"] == OLD
     assert (first.path / "README.md").exists()  # the model card: it declares the model's languages
+    assert (first.path / "model.safetensors").is_file()
+    fake_hub.calls.clear()
     fake_hub.repos["org/tiny"] = (NEW, model_src)  # the branch moves on; the cached copy is not refreshed
     assert fetch("org/tiny", None, None).revision == OLD
-    assert len(fake_hub.calls) == 1 and connections == []
+    assert fake_hub.calls == [] and connections == []
+
+
+def test_online_an_unpinned_repository_with_an_onnx_model_downloads_it_and_not_its_safetensors(
+        hf_env, model_src, online, fake_hub):
+    """A sentence-transformers repository ships onnx/model.onnx beside its safetensors: the ONNX runtime needs only
+    the ONNX model (no torch on a runtime-only install), and the weights are not downloaded twice."""
+    (model_src / "onnx").mkdir()
+    (model_src / "onnx" / "model.onnx").write_bytes(b"onnx")
+    (model_src / "onnx" / "model_qint8_avx512.onnx").write_bytes(b"not ours")  # its own int8 copy: not fetched
+    fake_hub.repos["org/st"] = (OLD, model_src)
+    messages: list[str] = []
+    source = fetch("org/st", None, None, progress=messages.append)
+    (call,) = fake_hub.calls
+    assert call["allow_patterns"] == list(META_PATTERNS + ONNX_PATTERNS)
+    assert (source.path / "onnx" / "model.onnx").is_file() and (source.path / "tokenizer.json").is_file()
+    assert not (source.path / "model.safetensors").exists()
+    assert not (source.path / "onnx" / "model_qint8_avx512.onnx").exists()
+    assert "ONNX model" in messages[0]
+    # cached now: the next lookup needs no request
+    assert fetch("org/st", None, None).path == source.path and len(fake_hub.calls) == 1
+
+
+def test_online_the_torch_backend_downloads_safetensors_even_where_an_onnx_model_is_cached(
+        hf_env, model_src, online, fake_hub):
+    (model_src / "onnx").mkdir()
+    (model_src / "onnx" / "model.onnx").write_bytes(b"onnx")
+    fake_hub.repos["org/st"] = (OLD, model_src)
+    onnx_only = fetch("org/st", None, None, progress=lambda m: None)
+    assert not (onnx_only.path / "model.safetensors").exists()
+    source = fetch("org/st", None, None, progress=lambda m: None, weights="safetensors")
+    assert source.path == onnx_only.path and (source.path / "model.safetensors").is_file()
+    assert fake_hub.calls[-1]["allow_patterns"] == list(GENERIC_PATTERNS) and fake_hub.calls[-1]["revision"] == OLD
+
+
+def test_offline_a_cached_onnx_only_snapshot_serves_the_onnx_runtime_but_not_torch(hf_env, model_src, fake_hub):
+    (model_src / "model.safetensors").unlink()
+    (model_src / "onnx").mkdir()
+    (model_src / "onnx" / "model.onnx").write_bytes(b"onnx")
+    save_as_hub_snapshot(model_src, hf_env, "org/st", OLD)
+    assert fetch("org/st", None, None).revision == OLD
+    with pytest.raises(ModelError, match=r"lacks model weights \(\*\.safetensors\)"):
+        fetch("org/st", None, None, weights="safetensors")
 
 
 def test_online_completing_an_unpinned_model_keeps_its_cached_commit(hf_env, model_src, online, fake_hub):

@@ -233,3 +233,47 @@ def test_a_hub_snapshot_with_onnx_and_no_safetensors_counts_as_complete(world):
 
     assert _missing(world["folder"], None) == []
     assert _missing(world["plain"], None) == ["model weights (*.safetensors)"]
+
+
+def test_a_hub_repository_with_onnx_runs_on_the_runtime_alone_from_what_the_download_keeps(world, tmp_path):
+    """A hub model as `fetch` now downloads it for the ONNX runtime (config, tokenizer, onnx/model.onnx; no
+    safetensors: tests/test_hub.py) serves from the cache with torch, transformers and Optimum unimportable."""
+    from puremind.models.hub import META_PATTERNS, ONNX_PATTERNS
+    from scripts.standins import save_as_hub_snapshot
+
+    repo = tmp_path / "repo"
+    shutil.copytree(world["folder"], repo)
+    (repo / "onnx" / "model_quantized.onnx").write_bytes(b"a copy the download leaves out")
+    kept = tmp_path / "kept"
+    from fnmatch import fnmatch
+
+    for path in repo.rglob("*"):
+        rel = path.relative_to(repo).as_posix()
+        if path.is_file() and any(fnmatch(rel, pat) for pat in META_PATTERNS + ONNX_PATTERNS):
+            (kept / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, kept / rel)
+    assert (kept / "onnx" / "model.onnx").is_file() and not list(kept.rglob("*.safetensors"))
+    assert not (kept / "onnx" / "model_quantized.onnx").exists()
+    cache = tmp_path / "hf-cache"
+    save_as_hub_snapshot(kept, cache, "org/minilm-onnx", "3" * 40)
+    vectors, info = _embed_without_torch(world, tmp_path / "home", "org/minilm-onnx", tmp_path,  # type: ignore[arg-type]
+                                         HF_HUB_CACHE=str(cache))
+    assert info == {"precision": "fp32", "leaked": []}
+    assert _cosines(vectors, _torch(world)).min() > 0.999
+
+
+def test_export_models_prepares_an_onnx_folder_without_the_export_extra(world, tmp_path):
+    from puremind.models.artefacts import read_artefact
+
+    home = tmp_path / "home"
+    env = _env(world, home, world["folder"], PUREMIND_RERANK_MODEL="none")
+    done = _run(["-m", "puremind", "export-models", "--only", "embedder", "--variant", "int8"], env)
+    assert done.returncode == 0, done.stderr
+    (int8,) = (home / "models").glob("*/int8")
+    meta = read_artefact(int8)
+    assert meta["fidelity"]["status"] == "ok" and meta["method"] == "dynamic-per-channel"
+    assert "error" not in done.stderr.lower() and "(no torch here)" in done.stderr
+    # a folder without ONNX still needs the extra, and says so in one line
+    done = _run(["-m", "puremind", "export-models", "--only", "embedder"], _env(world, home, world["plain"]))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: the export step needs the [export] extra (torch, Optimum) for "), done.stderr

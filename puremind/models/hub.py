@@ -24,9 +24,16 @@ from puremind.models.base import ModelsUnavailable
 #: a folder in the working directory that happens to be named like a hub id is never picked up.
 LOCAL_PREFIXES = ("/", "./", "../", "~")
 
-#: What a model that is not in the manifest is fetched with: config and tokenizer files, safetensors weights.
-#: No *.bin (pickles run code when loaded), no *.py (pureMind never runs a model's own code), no ONNX/TF copies.
+#: What a model that is not in the manifest is fetched with: config and tokenizer files, safetensors weights (for
+#: the ONNX runtime its fp32 ONNX model instead, when the repository ships one: ONNX_PATTERNS). No *.bin (pickles
+#: run code when loaded), no *.py (pureMind never runs a model's own code), no TF copies.
 GENERIC_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "README.md")  # the card declares languages
+#: GENERIC_PATTERNS without the weights: config, tokenizer and the model card.
+META_PATTERNS = tuple(p for p in GENERIC_PATTERNS if p != "*.safetensors")
+#: A repository's fp32 ONNX model (sentence-transformers repositories ship one under onnx/) and its external
+#: data, as `puremind.models.onnx_folder.FP32_FILES` reads them. Quantized copies beside it are not fetched.
+ONNX_PATTERNS = ("onnx/model.onnx", "onnx/model.onnx_data", "onnx/model.onnx.data",
+                 "model.onnx", "model.onnx_data", "model.onnx.data")
 
 #: huggingface_hub's own truthy values (constants._is_true), so both agree on what "offline" means.
 _TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
@@ -102,7 +109,8 @@ def hub_cache_dir() -> Path:
 
 
 def fetch(
-    name: str, revision: str | None, files: Sequence[str] | None, *, progress: Progress | None = None
+    name: str, revision: str | None, files: Sequence[str] | None, *, progress: Progress | None = None,
+    weights: str = "onnx",
 ) -> ModelSource:
     """The folder holding model `name`, downloading into the Hugging Face cache only what is not there.
 
@@ -112,6 +120,10 @@ def fetch(
     and safetensors weights, fetched with GENERIC_PATTERNS) are checked; what is missing is downloaded unless
     HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is set. `revision` is ignored for a local folder. Model code is never
     fetched or run.
+
+    `weights` (for `files` None): "onnx" (the ONNX runtime) takes the repository's fp32 ONNX model when it ships
+    one and its safetensors weights only when it does not, so a runtime-only install needs no torch and nothing is
+    downloaded twice; "safetensors" (the torch backend, the export) needs the safetensors weights.
 
     Raises:
         ModelError: a local folder that does not exist or is not a model folder; a name that is neither local
@@ -127,7 +139,9 @@ def fetch(
             f"{name!r} is neither a Hugging Face model id (org/name) nor a local folder",
             hint=f"a local folder must start with /, ./, ../ or ~ (for example ./{name})",
         )
-    return _fetch_hub(name, revision, tuple(files) if files else None, progress)
+    if weights not in ("onnx", "safetensors"):
+        raise ValueError(f"weights must be 'onnx' or 'safetensors', not {weights!r}")
+    return _fetch_hub(name, revision, tuple(files) if files else None, progress, weights)
 
 
 def _fetch_local(name: str, files: Sequence[str] | None) -> ModelSource:
@@ -167,15 +181,15 @@ def _folder_stamp(root: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def _missing(folder: Path, files: tuple[str, ...] | None) -> list[str]:
+def _missing(folder: Path, files: tuple[str, ...] | None, weights: str = "onnx") -> list[str]:
     """The needed files that `folder` lacks (a dangling cache symlink counts as missing)."""
     if files:
         return [f for f in files if not (folder / f).is_file()]
     from puremind.models.onnx_folder import find_onnx
 
     missing = [] if (folder / "config.json").is_file() else ["config.json"]
-    # A snapshot that holds the model as ONNX (onnx/model.onnx) runs without its safetensors weights.
-    if not any(p.is_file() for p in folder.glob("*.safetensors")) and find_onnx(folder) is None:
+    # For the ONNX runtime a snapshot that holds the model as ONNX (onnx/model.onnx) needs no safetensors weights.
+    if not any(p.is_file() for p in folder.glob("*.safetensors")) and (weights != "onnx" or find_onnx(folder) is None):
         missing.append("model weights (*.safetensors)")
     return missing
 
@@ -205,7 +219,7 @@ def _network_failure(exc: BaseException) -> str | None:
 
 
 def _fetch_hub(
-    name: str, revision: str | None, files: tuple[str, ...] | None, progress: Progress | None
+    name: str, revision: str | None, files: tuple[str, ...] | None, progress: Progress | None, weights: str = "onnx"
 ) -> ModelSource:
     ensure_telemetry_off()
     import huggingface_hub
@@ -225,7 +239,7 @@ def _fetch_hub(
         raise ModelError(f"{name!r} is not a valid Hugging Face model id: {_first_line(exc)}") from exc
 
     if folder is not None:
-        missing = _missing(folder, files)
+        missing = _missing(folder, files, weights)
         if not missing:
             return ModelSource(name=name, path=folder, revision=folder.name, local=False)
     if offline:
@@ -242,13 +256,18 @@ def _fetch_hub(
             hint=f"unset {offline} where there is network to complete it",
         )
 
+    # A model without a file list: config and tokenizer with its ONNX model if the repository ships one (a second
+    # request, at the same commit, fetches the safetensors weights where it does not); for torch the safetensors.
+    generic = list(META_PATTERNS + ONNX_PATTERNS) if weights == "onnx" else list(GENERIC_PATTERNS)
     if folder is not None:
         # Complete the snapshot that is there: its commit, not the branch head, so an unpinned model is not moved.
-        target, patterns = folder.name, (missing if files else list(GENERIC_PATTERNS))
+        target, patterns = folder.name, (missing if files else generic)
         what = f"missing {', '.join(missing)}"
     else:
-        target, patterns = revision, list(files or GENERIC_PATTERNS)
-        what = f"{len(files)} files" if files else "config, tokenizer and safetensors weights"
+        target, patterns = revision, list(files) if files else generic
+        what = f"{len(files)} files" if files else (
+            "config, tokenizer and its ONNX model, else its safetensors weights" if weights == "onnx"
+            else "config, tokenizer and safetensors weights")
     if huggingface_hub.constants.HF_HUB_OFFLINE:
         # Read once, when huggingface_hub was imported: it would refuse every request now.
         raise ModelsUnavailable(
@@ -260,6 +279,10 @@ def _fetch_hub(
         got = Path(
             huggingface_hub.snapshot_download(name, revision=target, cache_dir=str(cache), allow_patterns=patterns)
         )
+        if not files and _missing(got, None, weights) == ["model weights (*.safetensors)"]:
+            # No ONNX model in the repository: its safetensors weights, at the commit just fetched.
+            got = Path(huggingface_hub.snapshot_download(name, revision=got.name, cache_dir=str(cache),
+                                                         allow_patterns=["*.safetensors"]))
     except hf_errors.GatedRepoError as exc:
         raise ModelError(
             f"{name} is gated on the Hugging Face hub",
@@ -292,11 +315,13 @@ def _fetch_hub(
             hint="check the network connection (and proxy settings)",
         ) from exc
 
-    still_missing = _missing(got, files)
+    still_missing = _missing(got, files, weights)
     if still_missing:
         raise ModelError(
             f"{name} at {got.name[:12]} on the Hugging Face hub has no {', '.join(still_missing)}",
-            hint=None if files else "pureMind loads safetensors weights only, never pickled *.bin files",
+            hint=None if files else (
+                "pureMind loads an ONNX model (onnx/model.onnx) or safetensors weights, never pickled *.bin files"
+                if weights == "onnx" else "pureMind loads safetensors weights only, never pickled *.bin files"),
         )
     return ModelSource(name=name, path=got, revision=got.name, local=False)
 

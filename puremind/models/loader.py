@@ -90,7 +90,9 @@ def resolve(choice: ModelChoice, *, progress: Progress | None = None) -> Resolve
             for key, value in overrides.items():
                 spec = dataclasses.replace(spec, **{key: value})
             return Resolved(spec=spec, revision=revision or spec.revision, source=None)
-    source = hub.fetch(name, revision, None, progress=progress)
+    # The torch backend reads safetensors weights; the ONNX runtime takes the repository's ONNX model if it has one.
+    source = hub.fetch(name, revision, None, progress=progress,
+                       weights="safetensors" if choice.backend == "torch" else "onnx")
     spec = generic_spec(name, source.path, role=role, overrides=overrides)
     return Resolved(spec=spec, revision=source.revision, source=source)
 
