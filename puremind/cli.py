@@ -218,13 +218,15 @@ def serve(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Skip the cross-encoder re-scoring."),
     rerank_budget: Optional[float] = typer.Option(None, "--rerank-budget", metavar="SECONDS", help="Seconds the cross-encoder may take per search (0 = no bound; default [retrieval] rerank_budget)."),
     proposals: bool = typer.Option(False, "--proposals", help="Offer puremind_propose: agents propose notes to the inbox (default [server] proposals)."),
+    scope: Optional[list[str]] = typer.Option(None, "--scope", metavar="FOLDER", help="Serve only the notes under this vault folder (repeatable; default [agents] scope, else the whole vault)."),
 ) -> None:
     """Run the MCP server on stdio (your agent starts this; models load on the first search)."""
     from puremind.server import serve_command
 
     # The settings are read by the server: a broken config.toml (or a bad --rerank-budget) must not stop it
     # before the MCP handshake.
-    serve_command(lambda: _settings(rerank_budget=rerank_budget, proposals=True if proposals else None),
+    serve_command(lambda: _settings(rerank_budget=rerank_budget, proposals=True if proposals else None,
+                                    scope=tuple(scope) if scope else None),
                   rerank=False if no_rerank else None)
 
 
@@ -235,11 +237,12 @@ def connect(
     no_rerank: bool = typer.Option(False, "--no-rerank", help="Register `serve --no-rerank`: fast searches without the cross-encoder (for a machine without a GPU)."),
     toml: bool = typer.Option(False, "--toml", help="Codex only: print the config.toml entry instead of the `codex mcp add` command."),
     proposals: bool = typer.Option(False, "--proposals", help="Register `serve --proposals`: the agent may propose notes to your inbox (you approve them)."),
+    scope: Optional[list[str]] = typer.Option(None, "--scope", metavar="FOLDER", help="Register `serve --scope FOLDER`: this agent reads only the notes under that vault folder (repeatable)."),
 ) -> None:
     """Print the command or snippet that registers pureMind with an agent (stdout), and where it goes (stderr); never edits a file."""
     from puremind.connect import connect_command
 
-    snippet = connect_command(agent, no_rerank=no_rerank, toml=toml, proposals=proposals)
+    snippet = connect_command(agent, no_rerank=no_rerank, toml=toml, proposals=proposals, scope=tuple(scope or ()))
     for line in snippet.guide:
         _notice(line)
     typer.echo(snippet.text, nl=False)
@@ -515,12 +518,20 @@ def _in_vault(path: Path, vault: Path | None) -> str:
 @_guarded
 def inbox_show(pid: str = typer.Argument(..., metavar="ID", help="The proposal's id (from `puremind inbox`).")) -> None:
     """Print one proposal as the note approve would write: pureMind's frontmatter, then the proposed text (control characters shown escaped)."""
+    from puremind.redact import credential_kinds
+
     settings, box = _inbox()
     p = box.get(pid)
-    preview = box.preview(p.id, settings.vault, folder=settings.inbox_folder)
+    preview = box.preview(p.id, settings.vault, folder=p.folder_for(settings.inbox_folder))
     typer.echo(f"proposal {p.id}, from {_line(p.client or 'unknown', 100)}")
+    if p.scope:
+        typer.echo(f"scope: {_line(', '.join(p.scope), 2000)} (the agent's `serve --scope`: approve writes only there)")
     if p.reason:
         typer.echo(f"reason: {_line(p.reason, 2000)}")
+    kinds = credential_kinds(p.title + "\n" + p.text)
+    if kinds:
+        typer.echo(f"warning: the proposal holds credential-shaped text ({', '.join(dict.fromkeys(kinds))}): read it "
+                   "before approving; the note would keep it as written")
     if preview.earlier and preview.path is not None:
         typer.echo(f"already written to {_line(_in_vault(preview.path, settings.vault), 2000)} by an approve that was "
                    f"interrupted; `puremind inbox approve {p.id}` finishes it")
@@ -550,7 +561,8 @@ def inbox_approve(
         raise InboxError("--name names one note: approve one proposal with it")
     vault = settings.require_vault()
     for pid in chosen:
-        done = box.approve_note(pid, vault, folder=to if to is not None else settings.inbox_folder, name=name)
+        folder = to if to is not None else box.get(pid).folder_for(settings.inbox_folder)
+        done = box.approve_note(pid, vault, folder=folder, name=name)
         where = _in_vault(done.path, vault)
         if done.earlier:
             typer.echo(f"approved {pid}: {where} (already written by an approve that was interrupted; "

@@ -78,6 +78,10 @@ FIELDS: tuple[Field, ...] = (
     Field("proposals", "server", "proposals", None, bool),
     # vault-relative folders whose notes agents never receive (like frontmatter `private: true`)
     Field("private_folders", "agents", "private", None, tuple),
+    # vault-relative folders the MCP server serves (empty: the whole vault); `serve --scope` sets it per agent
+    Field("scope", "agents", "scope", None, tuple),
+    # credential-shaped text in what agents receive is replaced by [redacted: <kind>] (puremind/redact.py)
+    Field("redact", "agents", "redact", None, bool),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 
@@ -120,6 +124,10 @@ class Settings:
     #: vault-relative folders ("Journal/") whose notes are kept from agents: indexed and found by the terminal's
     #: search, never returned by the MCP tools (see puremind.vault.in_folders)
     private_folders: tuple[str, ...] = ()
+    #: vault-relative folders the MCP server serves ("Work/"); empty: the whole vault (see services.agent_scope)
+    scope: tuple[str, ...] = ()
+    #: replace credentials in what the MCP server returns with [redacted: <kind>]; the terminal is never redacted
+    redact: bool = True
 
     @property
     def semantic(self) -> bool:

@@ -98,12 +98,14 @@ def connect_snippet(
     no_rerank: bool = False,
     toml: bool = False,
     proposals: bool = False,
+    scope: Sequence[str] = (),
 ) -> Snippet:
     """The command or config entry that registers pureMind with `agent`, and the lines that explain it.
 
     `executable` is the program that starts pureMind (a path), or a program followed by its leading
     arguments (e.g. [python, "-m", "puremind"]); "serve" is appended (and "--no-rerank" with `no_rerank`,
-    "--proposals" with `proposals`: the server then offers puremind_propose).
+    "--proposals" with `proposals`: the server then offers puremind_propose; "--scope F" for each folder of
+    `scope`: the server serves only the notes under them).
     `toml` (Codex only) gives the `[mcp_servers.puremind]` entry for config.toml instead of the command.
 
     Raises:
@@ -115,28 +117,57 @@ def connect_snippet(
     if toml and key != "codex":
         raise ConfigError("--toml is only for codex", hint=f"`puremind connect {key}` prints what {key} needs")
     program = [executable] if isinstance(executable, str) else list(executable)
-    command = [*program, "serve", *(["--no-rerank"] if no_rerank else []), *(["--proposals"] if proposals else [])]
+    command = [*program, "serve", *(["--no-rerank"] if no_rerank else []), *(["--proposals"] if proposals else []),
+               *(arg for folder in scope for arg in ("--scope", folder))]
     carried, unusable = carried_env(env)
     if key == "claude-code":
         guide, text = _claude_code(command, carried)
     elif key == "codex":
-        guide, text = _codex(command, carried, env, toml=toml, no_rerank=no_rerank, proposals=proposals)
+        guide, text = _codex(command, carried, env, toml=toml, no_rerank=no_rerank, proposals=proposals, scope=scope)
     else:
         guide, text = _cursor(command, carried)
     return Snippet(text=text, guide=guide, notes=_env_notes(carried, unusable))
 
 
-def connect_command(agent: str, *, no_rerank: bool = False, toml: bool = False, proposals: bool = False) -> Snippet:
+def connect_command(agent: str, *, no_rerank: bool = False, toml: bool = False, proposals: bool = False,
+                    scope: Sequence[str] = ()) -> Snippet:
     """`puremind connect <agent>`: the snippet for this shell's environment and executable, with warnings about
     this setup (no config or index yet, a config file the server cannot read, reranking that would be slow).
 
     Raises:
-        ConfigError: an unknown agent, or `toml` for another agent than codex.
+        ConfigError: an unknown agent, `toml` for another agent than codex, or a scope folder that is not a
+            folder of the configured vault.
     """
+    scope_notes = check_scope(os.environ, scope)
     snippet = connect_snippet(agent, os.environ, resolve_executable(), no_rerank=no_rerank, toml=toml,
-                              proposals=proposals)
-    notes = setup_notes(os.environ, agent=agent.strip().lower(), no_rerank=no_rerank, toml=toml)
+                              proposals=proposals, scope=scope)
+    notes = scope_notes + setup_notes(os.environ, agent=agent.strip().lower(), no_rerank=no_rerank, toml=toml)
     return Snippet(text=snippet.text, guide=snippet.guide, notes=[*snippet.notes, *notes])
+
+
+def check_scope(env: Mapping[str, str], scope: Sequence[str]) -> list[str]:
+    """Check the scope folders against the vault the server will read; a note when there is no vault to check
+    them against yet.
+
+    Raises:
+        ConfigError: a folder that is empty, outside the vault or not a folder of it.
+    """
+    from puremind.config import load_settings
+    from puremind.errors import PuremindError
+    from puremind.folders import scope_folders
+
+    if not scope:
+        return []
+    try:
+        load_settings(env=env)
+    except PuremindError:
+        return []  # setup_notes says what is wrong with the settings
+    settings = load_settings({"scope": tuple(scope)}, env=env)  # now only the folders given can be wrong
+    if settings.vault is None:
+        return ["note: the scope folders are checked when the server starts: no vault is set yet"]
+    if not scope_folders(settings.vault, settings.scope):
+        return ["note: the scope names the whole vault: the server serves every note that is not private"]
+    return []
 
 
 def setup_notes(env: Mapping[str, str], *, agent: str, no_rerank: bool, toml: bool = False) -> list[str]:
@@ -243,7 +274,7 @@ def _claude_code(command: list[str], carried: Mapping[str, str]) -> _Rendered:
 
 
 def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str], *, toml: bool, no_rerank: bool,
-           proposals: bool = False) -> _Rendered:
+           proposals: bool = False, scope: Sequence[str] = ()) -> _Rendered:
     codex_home = env.get("CODEX_HOME", "").strip()
     config = os.path.join(os.fspath(expand(codex_home)), "config.toml") if codex_home else "~/.codex/config.toml"
     if toml:
@@ -262,7 +293,9 @@ def _codex(command: list[str], carried: Mapping[str, str], env: Mapping[str, str
         return guide, "\n".join(lines) + "\n"
     groups = [["--env", f"{name}={value}"] for name, value in carried.items()]
     groups.append(["--", *command])
-    toml_command = f"puremind connect codex --toml{' --no-rerank' if no_rerank else ''}{' --proposals' if proposals else ''}"
+    toml_command = shlex.join(["puremind", "connect", "codex", "--toml", *(["--no-rerank"] if no_rerank else []),
+                               *(["--proposals"] if proposals else []),
+                               *(arg for folder in scope for arg in ("--scope", folder))])
     guide = [
         f"Codex: run this command once in a terminal (or pipe it to sh); Codex writes the entry to {config}.",
         f"To edit that file yourself instead, `{toml_command}` prints the entry.",

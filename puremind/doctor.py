@@ -80,7 +80,7 @@ def run_doctor(*, cwd: Path | None = None, speed: bool = False) -> Report:
         ("index", lambda: _index_checks(settings, index)),
         ("models", lambda: _model_checks(settings)),
         ("privacy", _privacy_checks),
-        ("agents", lambda: _agent_checks(cwd)),
+        ("agents", lambda: _agent_checks(cwd) + _reading_checks(settings, index)),
         ("watch", lambda: _watch_checks(settings)),
     ]
     if speed:
@@ -307,6 +307,9 @@ def _index_content(conn: sqlite3.Connection, db: Path, settings: Settings, index
         "SELECT (SELECT count(*) FROM files), (SELECT count(*) FROM chunks),"
         " (SELECT count(*) FROM chunks WHERE vector IS NOT NULL)").fetchone()
     index.update(notes=files_n, chunks=chunks_n, vectors=vectors_n)
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(files)")}
+    if "private" in columns:
+        index["private"] = conn.execute("SELECT count(*) FROM files WHERE private").fetchone()[0]
     figures = {"notes": files_n, "chunks": chunks_n, "vectors": vectors_n}
     checks.append(Check("index", "contents", OK if files_n else WARN,
                         f"{files_n} notes, {chunks_n} chunks, {vectors_n} with a vector",
@@ -644,7 +647,8 @@ def _agent_checks(cwd: Path) -> list[Check]:
                 continue
             for name, server in servers(data):
                 if _mentions_puremind(server):
-                    found.append(f"{name} in {path}")
+                    scope = _scope_of(server)
+                    found.append(f"{name} in {path}, reads " + (", ".join(scope) if scope else "the whole vault"))
                     command = server.get("command")
                     if isinstance(command, str) and os.path.isabs(command) and not os.path.exists(command):
                         missing_command.append(command)
@@ -660,6 +664,45 @@ def _agent_checks(cwd: Path) -> list[Check]:
                                 figures={"registered": found}))
         elif not problems:
             checks.append(Check("agents", key, WARN, f"{label}: pureMind is not registered", hint))
+    return checks
+
+
+def _scope_of(server: Mapping[str, Any]) -> list[str]:
+    """The folders of the `--scope FOLDER` (or `--scope=FOLDER`) arguments of a registered server's command."""
+    args = server.get("args")
+    words = [w for w in (args if isinstance(args, list) else []) if isinstance(w, str)]
+    scope = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--scope"]
+    return scope + [w.partition("=")[2] for w in words if w.startswith("--scope=")]
+
+
+def _reading_checks(settings: Settings | None, index: dict[str, Any]) -> list[Check]:
+    """What agents may read: private notes in the index, the scope of `[agents] scope`, whether credentials are
+    redacted in what they receive."""
+    if settings is None:
+        return []
+    from puremind.services import agent_scope
+
+    checks = []
+    private = index.get("private")
+    if private is not None:
+        folders = f"; private folders: {', '.join(settings.private_folders)}" if settings.private_folders else ""
+        checks.append(Check("agents", "private notes", OK,
+                            f"{private} of {index.get('notes', 0)} notes are private: no agent receives them{folders}",
+                            figures={"private": private}))
+    if settings.scope:
+        try:
+            agent_scope(settings)
+            checks.append(Check("agents", "scope", OK, f"[agents] scope: agents read only {', '.join(settings.scope)} "
+                                "(a server's --scope replaces it)", figures={"scope": list(settings.scope)}))
+        except PuremindError as exc:
+            checks.append(Check("agents", "scope", FAIL, exc.message, exc.hint))
+    if settings.redact:
+        checks.append(Check("agents", "redaction", OK, "credentials in what agents receive are replaced by "
+                            "[redacted: <kind>]", figures={"redact": True}))
+    else:
+        checks.append(Check("agents", "redaction", WARN, "redaction is off ([agents] redact = false): agents receive "
+                            "tokens and passwords written in notes as they are",
+                            "remove `redact = false` from [agents] in config.toml", {"redact": False}))
     return checks
 
 

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import stat
 import time
 import unicodedata
@@ -50,6 +51,8 @@ MAX_NAME_BYTES = 255 - len(" 9999.md")
 #: The frontmatter keys pureMind writes on an approved note; the proposed text's own frontmatter cannot set them.
 OWN_KEYS = ("title", "tags", "source", "inbox_id", "proposed_by", "proposed", "approved")
 _HEADER_KEYS = ("id", "title", "tags", "reason", "client", "proposed", "sha256")
+#: the optional last header line of a scoped agent's proposal
+_SCOPE_KEY = "scope"
 _ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]{6}$")
 _WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
 
@@ -69,6 +72,20 @@ class Proposal:
     proposed: str = ""
     sha256: str = ""
     path: Path | None = field(default=None, compare=False)
+    #: the vault folders the proposing agent was scoped to (`serve --scope`); approve writes only into them
+    scope: tuple[str, ...] = ()
+
+    def folder_for(self, folder: str) -> str:
+        """Where approve writes by default: `folder` ([inbox] folder), or, when it lies outside the proposing
+        agent's scope, the first scope folder."""
+        return folder if not self.scope or self.allows(folder) else self.scope[0]
+
+    def allows(self, folder: str) -> bool:
+        """Whether approve may write into vault folder `folder`: any folder, or one inside the agent's scope."""
+        from puremind.folders import folder_key, in_folders
+
+        key = folder_key(folder)
+        return not self.scope or (".." not in key.split("/") and in_folders(key, self.scope))
 
     @property
     def first_line(self) -> str:
@@ -146,13 +163,27 @@ def render_proposal(p: Proposal) -> str:
     values = {"id": p.id, "title": p.title, "tags": list(p.tags), "reason": p.reason, "client": p.client,
               "proposed": p.proposed, "sha256": p.sha256}
     header = "\n".join(f"{key}: {json.dumps(values[key], ensure_ascii=False)}" for key in _HEADER_KEYS)
+    if p.scope:  # only for a scoped agent's proposal, so the files of earlier versions read the same
+        header += f"\n{_SCOPE_KEY}: {json.dumps(list(p.scope), ensure_ascii=False)}"
     return f"---\n{header}\n---\n{p.text}"
 
 
 def parse_proposal(raw: str, path: Path | None = None) -> Proposal:
     """Read back what render_proposal wrote. Raises InboxError for a file pureMind did not write."""
     lines = raw.split("\n")
-    if len(lines) < len(_HEADER_KEYS) + 2 or lines[0] != "---" or lines[len(_HEADER_KEYS) + 1] != "---":
+    size = len(_HEADER_KEYS)
+    scope: tuple[str, ...] = ()
+    if (len(lines) >= size + 3 and lines[0] == "---" and lines[size + 1].startswith(f"{_SCOPE_KEY}: ")
+            and lines[size + 2] == "---"):
+        try:
+            value = json.loads(lines[size + 1].partition(": ")[2])
+        except ValueError:
+            value = None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise InboxError(f"{path or 'the proposal'} is not a pureMind proposal file")
+        scope = tuple(value)
+        lines = lines[:size + 1] + lines[size + 2:]
+    if len(lines) < size + 2 or lines[0] != "---" or lines[size + 1] != "---":
         raise InboxError(f"{path or 'the proposal'} is not a pureMind proposal file")
     values = {}
     for key, line in zip(_HEADER_KEYS, lines[1:len(_HEADER_KEYS) + 1]):
@@ -165,7 +196,7 @@ def parse_proposal(raw: str, path: Path | None = None) -> Proposal:
             raise InboxError(f"{path or 'the proposal'} is not a pureMind proposal file") from None
     text = "\n".join(lines[len(_HEADER_KEYS) + 2:])
     return Proposal(values["id"], values["title"], text, tuple(values["tags"]), values["reason"], values["client"],
-                    values["proposed"], values["sha256"], path)
+                    values["proposed"], values["sha256"], path, scope)
 
 
 class Inbox:
@@ -241,9 +272,10 @@ class Inbox:
     # -- changing --------------------------------------------------------------------------------------------
 
     def propose(self, title: str, text: str, tags: list[str] | tuple[str, ...] = (), reason: str = "",
-                client: str = "") -> Proposed:
-        """Store a proposal (or find the identical pending one). Raises InboxError for a proposal beyond the
-        limits or a full inbox."""
+                client: str = "", scope: tuple[str, ...] = ()) -> Proposed:
+        """Store a proposal (or find the identical pending one). `scope`: the vault folders the proposing agent
+        is scoped to (approve then writes only into them). Raises InboxError for a proposal beyond the limits or
+        a full inbox."""
         title = _clean_line(title, MAX_TITLE_CHARS, "title")
         if not title:
             raise InboxError("the title is empty")
@@ -280,7 +312,7 @@ class Inbox:
                 if not path.exists():
                     break
                 micros += 1
-            proposal = Proposal(pid, title, text, clean_tags, reason, client, _now(), digest)
+            proposal = Proposal(pid, title, text, clean_tags, reason, client, _now(), digest, scope=tuple(scope))
             self._write(path, render_proposal(proposal))
             return Proposed(pid, False, path)
 
@@ -310,7 +342,7 @@ class Inbox:
             old = self.get(pid)
             assert old.path is not None
             new = Proposal(old.id, old.title, text, old.tags, old.reason, old.client, old.proposed,
-                           _digest(old.title, text), old.path)
+                           _digest(old.title, text), old.path, old.scope)
             self._write(old.path, render_proposal(new))
             return new
 
@@ -334,6 +366,7 @@ class Inbox:
             note = self._written_earlier(proposal.id)
             earlier = note is not None
             if note is None:
+                _check_scope(proposal, folder)
                 target_dir = note_folder(vault, folder)
                 stem = _note_stem(proposal, name)
                 _check_note_path(vault, target_dir, stem)
@@ -363,6 +396,7 @@ class Inbox:
         if vault is None:
             return Preview(text, problem="no vault is set")
         try:
+            _check_scope(proposal, folder)
             target_dir = note_folder(vault, folder, create=False)
             stem = _note_stem(proposal, name)
             _check_note_path(vault, target_dir, stem)
@@ -486,6 +520,14 @@ def _note_stem(p: Proposal, name: str | None) -> str:
         raise InboxError(f"the name {name!r} leaves nothing usable for a file name",
                          hint="give a name with letters or digits, without a folder (use --to for that)")
     return stem
+
+
+def _check_scope(proposal: Proposal, folder: str) -> None:
+    """Refuse a folder outside the scope of the agent that proposed the note (its `serve --scope`)."""
+    if not proposal.allows(folder):
+        raise InboxError(f"proposal {proposal.id} came from an agent scoped to {', '.join(proposal.scope)}; "
+                         f"{folder!r} lies outside it",
+                         hint=f"approve it into a folder inside the scope, e.g. --to {shlex.quote(proposal.scope[0])}")
 
 
 def _check_note_path(vault: Path, folder: Path, stem: str) -> None:

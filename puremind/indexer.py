@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from puremind import chunker
 from puremind.errors import IndexBusyError, PuremindError, StoreError, VaultError
+from puremind.folders import in_folders
 from puremind.index_plan import RunPlan, content_action, note_identity, plan_run, unreadable_warnings
 from puremind.store import ChunkRow, Store
-from puremind.vault import NoteFile, NoteReadError, in_folders, read_note, walk_vault
+from puremind.vault import NoteFile, NoteReadError, read_note, walk_vault
 
 if TYPE_CHECKING:
     import numpy as np
@@ -264,6 +265,7 @@ def index_vault(
     report.skipped.update(walk.skipped)
     _start_run(store, embedder, model_changed=model_changed, rebuild=opts.rebuild)
     with store.batch():
+        store.refresh_targets({note.rel: note.target for note in walk.notes if note.target})
         store.refresh_private((lambda path: in_folders(path, opts.private_folders)) if opts.private_folders else None)
     # Vectors of identical text are reused in phase one: those of the model handed in, or (a model loaded later)
     # those of the index, whose model the caller compared with the configured one before the run.
@@ -450,11 +452,12 @@ def _read_and_store(store: Store, plan: RunPlan, reuse_fp: str | None, report: I
             text = data.decode("utf-8", errors="replace")
             named = chunker.note_title(text, note.rel)
             rows = _chunk_rows(text, named.title, None if opts.rebuild else reuse_fp, store, reuse, report)
-            private = named.private or in_folders(note.rel, opts.private_folders)
+            private = named.private or in_folders(note.rel, opts.private_folders) or bool(
+                note.target and in_folders(note.target, opts.private_folders))
             pending.append(
                 lambda n=note, d=digest, r=rows, i=identity, t=named, p=private: store.put_file(
                     n.rel, d, n.size, n.mtime_ns, r, identity=i, title=t.title, aliases=t.aliases,
-                    private_mark=t.private, private=p)
+                    private_mark=t.private, private=p, target=n.target)
             )
             if state is None:
                 report.added += 1

@@ -137,6 +137,8 @@ class PuremindTools:
             QueryError, StoreError, FingerprintMismatch, ModelError (see Searcher.search).
         """
         result = services.search(self.settings, self.searcher, args.query, args.limit)
+        if self.settings.redact:
+            result = redacted_search(result)
         return result, render_search(result)
 
     def get(self, args: GetArgs) -> tuple[NoteResult, str]:
@@ -147,6 +149,10 @@ class PuremindTools:
             VaultError: the path is not a note pureMind serves, or it cannot be read now.
         """
         result = services.get_note(self.settings, args.path, max_chars=MAX_GET_CHARS, agent=True)
+        if self.settings.redact:
+            from puremind.redact import redact
+
+            result = result.model_copy(update={"text": redact(result.text)[0]})
         return result, render_note(result)
 
     def recent(self, args: RecentArgs) -> tuple[RecentResult, str]:
@@ -171,7 +177,8 @@ class PuremindTools:
         """
         from puremind.inbox import Inbox
 
-        done = Inbox(self.settings.home).propose(args.title, args.text, args.tags, args.reason, client)
+        done = Inbox(self.settings.home).propose(args.title, args.text, args.tags, args.reason, client,
+                                                 scope=services.scope_folders(self.settings))
         status = ("pending in pureMind's inbox: nothing is in the user's notes until the user approves it with "
                   f"`puremind inbox approve {done.id}` (or rejects it); tell the user it is waiting")
         if done.merged:
@@ -188,6 +195,24 @@ def _one_line(text: str) -> str:
     if text.isprintable():
         return text
     return repr(text)[1:-1]
+
+
+def redacted_search(result: SearchResult) -> SearchResult:
+    """`result` with credential-shaped text replaced by `[redacted: <kind>]` (puremind.redact) in each passage's
+    text, headings and excerpt. A passage that held one gets its excerpt cut again from the redacted text, so no
+    part of a credential survives at the excerpt's edge."""
+    from puremind.redact import redact
+    from puremind.retrieval.excerpt import best_excerpt
+
+    passages = []
+    for p in result.results:
+        text, kinds = redact(p.text)
+        excerpt = redact(best_excerpt(text, result.query) if kinds else p.excerpt)[0]
+        headings = [redact(h)[0] for h in p.heading_path]
+        if kinds or excerpt != p.excerpt or headings != p.heading_path:
+            p = p.model_copy(update={"text": text, "excerpt": excerpt, "heading_path": headings})
+        passages.append(p)
+    return result.model_copy(update={"results": passages})
 
 
 # -- the readable text block of each result ----------------------------------------------------------------------

@@ -489,10 +489,39 @@ def _repair(settings: Settings, vault: Path, load_embedder, allow_removals: bool
 def make_searcher(settings: Settings, *, rerank: bool | None = None, models: Models | None = None,
                   notice: Notice = quiet, agent: bool = False) -> Searcher:
     """A Searcher over the configured index, with the models object (default: built from the settings). `agent`:
-    it serves an agent (the MCP server), and never finds a private note."""
+    it serves an agent (the MCP server), and never finds a private note or one outside the agent's scope.
+
+    Raises:
+        ConfigError: (agent) a scope folder that is not a folder of the vault (see `agent_scope`).
+    """
     if models is None:
         models = build_models(settings, progress=notice)
-    return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank), notice=notice, agent=agent)
+    scope = agent_scope(settings) if agent else ()
+    return Searcher(settings.db, models, retrieval_params(settings, rerank=rerank), notice=notice, agent=agent,
+                    scope=scope)
+
+
+def agent_scope(settings: Settings) -> tuple[str, ...]:
+    """The folders an agent may read (`serve --scope`, `[agents] scope`) as folder keys ("work/"); () for the
+    whole vault (see puremind.folders.scope_folders).
+
+    Raises:
+        ConfigError: a folder outside the vault, with `..`, or that is not a folder of the vault.
+    """
+    from puremind.folders import folder_key
+
+    return tuple(dict.fromkeys(folder_key(folder) for folder in scope_folders(settings)))
+
+
+def scope_folders(settings: Settings) -> tuple[str, ...]:
+    """The agent's scope folders as given, each made vault-relative ("Work/Notes"); () for the whole vault.
+
+    Raises:
+        ConfigError: see `agent_scope`.
+    """
+    from puremind import folders
+
+    return folders.scope_folders(settings.require_vault(), settings.scope) if settings.scope else ()
 
 
 def require_index(settings: Settings) -> None:
@@ -637,11 +666,26 @@ def get_note(settings: Settings, path: str, *, max_chars: int = 200_000, agent: 
     """
     from puremind.vault import not_served, read_note_at
 
-    rel, data = read_note_at(settings.require_vault(), path)
+    vault = settings.require_vault()
+    rel, data = read_note_at(vault, path)
     text = data.decode("utf-8", errors="replace")
-    if agent and is_private(settings, rel, text):
+    if agent and not agent_may_read(settings, vault, rel, text):
         raise not_served(path)
     return NoteResult(path=rel, text=text[:max_chars], total_chars=len(text), truncated=len(text) > max_chars)
+
+
+def agent_may_read(settings: Settings, vault: Path, rel: str, text: str) -> bool:
+    """Whether an agent may read the note at `rel` (content `text`): it is not private and lies in the agent's
+    scope. A note that is a symlink is judged by the note it leads to as well."""
+    from puremind.folders import in_folders
+
+    real_vault = os.path.realpath(vault)
+    target = os.path.relpath(os.path.realpath(os.path.join(real_vault, rel)), real_vault).replace(os.sep, "/")
+    paths = dict.fromkeys([rel, target])
+    scope = agent_scope(settings)
+    if scope and not all(in_folders(p, scope) for p in paths):
+        return False
+    return not any(is_private(settings, p, text) for p in paths)
 
 
 def is_private(settings: Settings, rel: str, text: str) -> bool:
@@ -650,7 +694,7 @@ def is_private(settings: Settings, rel: str, text: str) -> bool:
     now counts as well as the index, so a note made private since the last run is refused already; an index that
     cannot be read leaves the first two to decide."""
     from puremind.chunker import note_title
-    from puremind.vault import in_folders
+    from puremind.folders import in_folders
 
     if in_folders(rel, settings.private_folders) or note_title(text, rel).private:
         return True
@@ -667,14 +711,15 @@ def is_private(settings: Settings, rel: str, text: str) -> bool:
 
 
 def recent_notes(settings: Settings, days: int, limit: int, *, agent: bool = False) -> RecentResult:
-    """Notes by modification time, newest first, from the index's file table; `agent`: without private notes.
+    """Notes by modification time, newest first, from the index's file table; `agent`: without private notes and
+    those outside the agent's scope.
 
     Raises:
         StoreError: there is no index yet, or it cannot be read.
     """
     require_index(settings)
     since = time.time() - days * 86_400
-    store = Store.open(settings.db, create=False, hide_private=agent)
+    store = Store.open(settings.db, create=False, hide_private=agent, scope=agent_scope(settings) if agent else ())
     try:
         rows = store.recent_files(since, limit)
     finally:

@@ -93,6 +93,9 @@ class NoteFile:
     dev: int
     ino: int
     ctime_ns: int
+    #: for a note that is a symlink, the vault-relative path of the note it leads to ("" otherwise): what an
+    #: agent may read is judged by both paths (a link in a shared folder to a private note stays private)
+    target: str = ""
 
 
 @dataclass
@@ -288,20 +291,6 @@ def not_served(rel: str) -> VaultError:
     )
 
 
-def folder_key(folder: str) -> str:
-    """A vault-relative folder as `[agents] private` folders are compared: NFC, casefolded, `/` separated, with
-    no leading `./` or `/` and one trailing `/` ("Journal" -> "journal/"). "" for the vault itself."""
-    parts = [p for p in unicodedata.normalize("NFC", folder).replace("\\", "/").split("/") if p not in ("", ".")]
-    return "".join(p.casefold() + "/" for p in parts)
-
-
-def in_folders(rel: str, folders: tuple[str, ...] | list[str]) -> bool:
-    """Whether the note at vault-relative path `rel` lies under one of `folders` (compared as `folder_key` makes
-    them: a case or Unicode normalisation variant of a folder is the same folder, as on macOS)."""
-    key = unicodedata.normalize("NFC", rel).casefold()
-    return any(key.startswith(f) for f in (folder_key(f) for f in folders) if f)
-
-
 def shown_text(text: str, limit: int = 200) -> str:
     """A user-supplied string for a message: quoted, control characters escaped, bounded."""
     shown = repr(text[:limit])
@@ -420,7 +409,7 @@ class _Walker:
         if reason is None:
             reason = _file_link_reason(target)
         if reason is None:
-            self._add_note(rel, target.stat)
+            self._add_note(rel, target.stat, target.rel or "")
         else:
             self.result.skipped[reason] += 1
 
@@ -451,9 +440,9 @@ class _Walker:
             return None
         return child_fd, rel, iter(entries)
 
-    def _add_note(self, rel: str, st: os.stat_result) -> None:
+    def _add_note(self, rel: str, st: os.stat_result, target: str = "") -> None:
         self.result.notes.append(
-            NoteFile(rel, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns)
+            NoteFile(rel, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns, target)
         )
 
 

@@ -103,7 +103,7 @@ def test_a_fresh_home_without_config_or_index_reports_what_is_missing_and_exits_
     assert index["status"] == "fail" and "puremind index" in index["hint"]
     assert one(found, "models", "models")["status"] == "ok"  # embedder = "none" in the tests
     assert {c["name"]: c["status"] for c in find(found, "agents")} == {"claude-code": "warn", "codex": "warn",
-                                                                        "cursor": "warn"}
+                                                                        "cursor": "warn", "redaction": "ok"}
     assert one(found, "watch", "watch")["status"] == "ok"
     assert not (puremind_home / "index.sqlite").exists()  # the doctor creates nothing
     assert not (puremind_home / "index.sqlite.lock").exists()

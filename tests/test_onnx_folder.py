@@ -277,3 +277,48 @@ def test_export_models_prepares_an_onnx_folder_without_the_export_extra(world, t
     done = _run(["-m", "puremind", "export-models", "--only", "embedder"], _env(world, home, world["plain"]))
     assert done.returncode == 2
     assert done.stderr.startswith("error: the export step needs the [export] extra (torch, Optimum) for "), done.stderr
+
+
+RERANK = textwrap.dedent('''
+    import json, sys
+    from puremind.config import load_settings
+    from puremind.models.loader import load_reranker
+    from puremind.services import export_if_missing, model_choice
+
+    model = load_reranker(model_choice(load_settings(), "reranker"), obtain=export_if_missing)
+    scores = [float(s) for s in model.score(sys.argv[1], json.loads(sys.argv[2]))]
+    leaked = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "optimum"})
+    print(json.dumps({"scores": scores, "leaked": leaked}))
+''')
+
+
+def test_a_reranker_folder_with_onnx_scores_without_torch_as_the_torch_model_does(world, tmp_path):
+    """A cross-encoder folder that ships onnx/model.onnx (here the random-weight bge-reranker-v2-m3 stand-in,
+    exported once by the project's own export step) scores on the runtime alone as its torch model does."""
+    from export.onnx_export import _optimum_export
+    from puremind.models.folder_spec import generic_spec
+    from puremind.models.torch_backend import TorchReranker
+    from scripts.standins import build_xlmr_reranker
+
+    src = build_xlmr_reranker(tmp_path / "src")
+    spec = generic_spec(str(src), src, role="reranker")
+    _optimum_export(spec, src, tmp_path / "optimum")
+    folder = tmp_path / "reranker"
+    shutil.copytree(src, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    (folder / "onnx").mkdir()
+    shutil.copyfile(tmp_path / "optimum" / "model.onnx", folder / "onnx" / "model.onnx")
+    query = "how do I roll back a release"
+    env = _env(world, tmp_path / "home", world["folder"], PUREMIND_RERANK_MODEL=str(folder), PUREMIND_VARIANT="fp32")
+    done = _run(["-c", RERANK, query, json.dumps(TEXTS)], env)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["leaked"] == []
+    (fp32,) = (tmp_path / "home" / "models").glob("reranker@*/fp32")
+    assert (fp32 / "model.onnx").read_bytes() == (folder / "onnx" / "model.onnx").read_bytes()
+    torch_model = TorchReranker(src, spec, device="cpu")
+    try:
+        expected = [float(s) for s in torch_model.score(query, TEXTS)]
+    finally:
+        torch_model.close()
+    assert np.allclose(got["scores"], expected, atol=1e-4), (got["scores"], expected)
+    assert len(set(np.round(expected, 4))) > 1  # the stand-in tells the passages apart: the comparison means something

@@ -22,7 +22,7 @@ from puremind.models.lazy import Models
 from puremind.retrieval.pipeline import RetrievalParams, Searcher
 from puremind.services import get_note, recent_notes, run_index, run_search
 from puremind.store import Store
-from puremind.vault import in_folders
+from puremind.folders import in_folders
 
 REPO = Path(__file__).resolve().parent.parent
 UNIQUE = "zanzibarquokka"  # a word only the private notes hold

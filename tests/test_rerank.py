@@ -265,3 +265,32 @@ def test_once_the_candidates_change_a_repeated_query_has_a_budget_again():
     assert 0 in again.scores and again.scores[0] == pytest.approx(0.9)  # the new passage, first in fused order
     assert again.computed >= 1 and again.cached >= first.reranked - 1
     assert again.seconds <= 1.0 + 1e-9
+
+
+def test_a_strong_signal_skips_the_reranker_only_for_a_note_titled_exactly_as_asked_that_leads(tmp_path, fake_embedder):
+    vault = tmp_path / "vault"
+    write(vault, "tools/tar.md", "# tar\n\nArchive files: tar -czf out.tar.gz folder 1\n")
+    write(vault, "notes/backup.md", "# Backups\n\nI archive with tar every night, tar and more tar 99\n")
+    write(vault, "a/rsync.md", "# rsync\n\nCopy files over ssh 1\n")
+    write(vault, "b/rsync.md", "# rsync\n\nThe rsync daemon 2\n")  # two notes named alike: no strong signal
+    write(vault, "notes/espresso.md", "---\naliases: [coffee]\n---\n# Espresso\n\nThe grinder, the tar of coffee 3\n")
+    db = tmp_path / "index.sqlite"
+    with Store.open(db) as store:
+        index_vault(store, vault, embedder=fake_embedder)
+    settings = replace(load_settings(), vault=vault, db=db)
+    clock = Clock()
+    model = TimedReranker(clock)
+    s = _searcher(settings, fake_embedder, model, clock)
+    for query, path in (("tar", "tools/tar.md"), ("TAR", "tools/tar.md"), ("coffee", "notes/espresso.md")):
+        out = s.search(query, 5)
+        assert out.mode == "hybrid" and out.hits[0].path == path and model.calls == [], query
+        assert "reranking skipped: strong signal: the query is exactly the title of the first note" in out.notes
+    for query in ("rsync", "tar archive", "grinder"):  # two exact titles; no exact title
+        model.calls.clear()
+        out = s.search(query, 5)
+        assert out.mode == "reranked" and model.calls, query
+        assert not any("strong signal" in n for n in out.notes)
+    s.close()
+    off = _searcher(settings, fake_embedder, model, clock, strong_signal=False)
+    assert off.search("tar", 5).mode == "reranked"
+    off.close()

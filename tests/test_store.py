@@ -306,8 +306,16 @@ def test_an_older_index_is_upgraded_by_the_pending_migration_only(db: Path):
     conn.close()
 
 
+def _undo_path_keys(conn) -> None:
+    """Take an index back to before migration 8 (files.path_key, files.target, files.target_key)."""
+    conn.execute("DELETE FROM schema_migrations WHERE version >= 8")
+    for column in ("path_key", "target", "target_key"):
+        conn.execute(f"ALTER TABLE files DROP COLUMN {column}")
+
+
 def _undo_private_columns(conn) -> None:
-    """Take an index back to before migration 7 (files.private_mark, files.private)."""
+    """Take an index back to before migration 7 (files.private_mark, files.private); migration 8 came later."""
+    _undo_path_keys(conn)
     conn.execute("DROP INDEX files_private")
     conn.execute("ALTER TABLE files DROP COLUMN private")
     conn.execute("ALTER TABLE files DROP COLUMN private_mark")

@@ -105,6 +105,9 @@ class RetrievalParams:
     #: least this share ("Kubernetes (k8s)" for `kubernetes`), outweighs the other lists together, below an exact
     #: title (0 = off)
     title_near: float = 0.5
+    #: skip the reranker on a strong signal: one note alone is titled (or named) exactly as the query, and it leads
+    #: the fused list (measured on tldr-pages names: bench/strong_signal.py)
+    strong_signal: bool = True
 
 
 @dataclass
@@ -313,12 +316,15 @@ class Searcher:
     """
 
     def __init__(self, db: Path, models: "Models", params: RetrievalParams = RetrievalParams(), *,
-                 notice: Notice = _quiet, reranking: Reranking | None = None, agent: bool = False):
+                 notice: Notice = _quiet, reranking: Reranking | None = None, agent: bool = False,
+                 scope: tuple[str, ...] = ()):
         """`reranking` holds the cross-encoder's score cache and measured speed (default: a new one, kept as long
         as this searcher). `agent`: the searches serve an agent (the MCP server), so every list leaves out the
-        notes marked private, in the store (Store.open's `hide_private`), before it is ranked and cut."""
+        notes marked private, in the store (Store.open's `hide_private`), before it is ranked and cut; `scope`
+        (folder keys, see services.agent_scope) leaves out every note outside those folders the same way."""
         self.db = Path(db)
         self.agent = agent
+        self.scope = scope
         self.models = models
         self.params = params
         self._notice = notice
@@ -350,7 +356,7 @@ class Searcher:
             self._store = None
             self._dense = DenseIndex()  # a new file's change counter says nothing about the old matrix
         if self._store is None:
-            self._store = Store.open(self.db, create=False, hide_private=self.agent)
+            self._store = Store.open(self.db, create=False, hide_private=self.agent, scope=self.scope)
             self._identity = identity
         return self._store
 
@@ -472,13 +478,17 @@ class Searcher:
             qvec = self._query_vectors.get(embedder, text) if text else None
             if embedder is not None:
                 self._note_coverage(store, notes)
-            hits, fused = self._fuse(store, match, query, qvec)
+            hits, fused, exact_note = self._fuse(store, match, query, qvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
             reranker = preload.result(notes) if preload is not None and hits else None
             pool = hits[: max(1, self.params.rerank_candidates)]
             if reranker is not None and len({h.text for h in pool}) < 2:  # a reranker implies hits
                 notes.append("reranking skipped: one candidate passage, nothing to reorder")
+                reranker = None
+            if reranker is not None and self.params.strong_signal and exact_note is not None \
+                    and hits[0].path == exact_note:
+                notes.append("reranking skipped: strong signal: the query is exactly the title of the first note")
                 reranker = None
             if reranker is not None and _reads(reranker, query, "reranking", notes,
                                                by_language=self.params.language_gate):
@@ -537,8 +547,9 @@ class Searcher:
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
 
-    def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float]]:
-        """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score)."""
+    def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float], str | None]:
+        """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score, the path
+        of the one note titled or named exactly as the query, None when there is no such note or several)."""
         p = self.params
         cand = p.candidates
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
@@ -568,6 +579,7 @@ class Searcher:
                 lists.append(Ranked([cid for cid, _ in self._dense.search(qvec, cand)], p.dense_weight))
             # Each passage's note: the fusion's depth counts notes, and the title lists show a note by a passage.
             note_of = store.chunk_files(list(dict.fromkeys(cid for r in lists for cid in r.ids)))
+            exact_chunk = None
             if p.titles:
                 titled, near, exact = self._title_rankings(store, match, query, [list(r.ids) for r in lists], note_of)
                 # A title that is mostly the query outweighs the other lists together; an exact title outweighs
@@ -577,9 +589,15 @@ class Searcher:
                 lists += [Ranked(ids, w) for ids, w in ((titled, p.title_weight), (near, near_weight)) if ids]
                 if exact.ids:
                     lists.append(dataclasses.replace(exact, weight=exact_weight))
+                # tiers 1 and 2: named or titled exactly as asked (not merely the query's words in its order)
+                named = [cid for cid, rank in zip(exact.ids, exact.ranks or ()) if rank <= 2]
+                exact_chunk = named[0] if len(named) == 1 else None
             fused = fuse_at_depth(lists, p.rrf_k, p.fusion_depth, note_of)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
-        return hits, dict(fused)
+            exact_path = next((h.path for h in hits if h.chunk_id == exact_chunk), None) if exact_chunk else None
+            if exact_path is None and exact_chunk is not None:
+                exact_path = next((h.path for h in store.chunks_by_ids([exact_chunk])), None)
+        return hits, dict(fused), exact_path
 
     def _title_rankings(self, store: Store, match: str, query: str, rankings: list[list[int]],
                         note_of: dict[int, int]) -> tuple[list[int], list[int], Ranked]:

@@ -173,7 +173,27 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX files_private ON files(private) WHERE private",
         ),
     ),
+    Migration(
+        8,
+        "files.path_key, files.target, files.target_key: the note path NFC and casefolded, as an agent's scope "
+        "folders are matched in SQL, and for a note that is a symlink the note it leads to",
+        (
+            "ALTER TABLE files ADD COLUMN path_key TEXT NOT NULL DEFAULT ''",
+            # "" for a note that is no symlink; set by every index run from its walk (Store.refresh_targets)
+            "ALTER TABLE files ADD COLUMN target TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE files ADD COLUMN target_key TEXT NOT NULL DEFAULT ''",
+            lambda conn: _fill_path_keys(conn),
+        ),
+    ),
 )
+
+
+def _fill_path_keys(conn: sqlite3.Connection) -> None:
+    """files.path_key of every note of an older index (see puremind.vault.path_key)."""
+    from puremind.folders import path_key
+
+    rows = conn.execute("SELECT id, path FROM files").fetchall()
+    conn.executemany("UPDATE files SET path_key = ? WHERE id = ?", [(path_key(path), file_id) for file_id, path in rows])
 
 
 def _fill_titles(conn: sqlite3.Connection) -> None:

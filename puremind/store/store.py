@@ -27,6 +27,7 @@ from puremind.store import files
 from puremind.store.errors import REPAIR_HINT, from_os, from_sqlite, one_line
 from puremind.store.rows import ChunkRow, FileState, Hit, TitleHit, title_key as _title_key
 from puremind.store.schema import KEYWORD_TOKENIZER, LATEST_VERSION, SchemaError, current_version, migrate
+from puremind.folders import path_key
 
 BUSY_TIMEOUT_MS = 10_000
 # compact() waits at most this long for readers to leave the -wal file; a later run empties it.
@@ -241,11 +242,13 @@ class Store:
         self._batch_open = False
         self._snapshot_open = False
         self._hide_private = False
+        self._scope: tuple[str, ...] = ()
 
     # -- opening and closing -------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = True, hide_private: bool = False) -> "Store":
+    def open(cls, path: Path, *, create: bool = True, hide_private: bool = False,
+             scope: Sequence[str] = ()) -> "Store":
         """Open (and with `create`, make) the index at `path`, upgrading an older schema.
 
         A missing parent folder is created 0700 and the file 0600 whatever the umask; an existing
@@ -260,7 +263,8 @@ class Store:
 
         With `hide_private` (a store that serves an agent), every read leaves out the notes marked private
         (files.private, see `refresh_private`): the searches filter them in SQL, so that each list still holds
-        up to its limit of other passages.
+        up to its limit of other passages. `scope` (folder keys as `puremind.vault.folder_key` makes them, e.g.
+        "work/"): every read leaves out the notes outside those folders, the same way (empty: the whole vault).
 
         Raises:
             StoreError: create=False and there is no file ("no index at PATH"); the file is not an
@@ -270,6 +274,7 @@ class Store:
         """
         store = cls._open(path, create=create)
         store._hide_private = hide_private
+        store._scope = _scope_keys(scope)
         return store
 
     @classmethod
@@ -383,16 +388,39 @@ class Store:
 
     def _public(self, files_alias: str) -> str:
         """An SQL condition on the files row `files_alias`: true for every note, or, when this store hides
-        private notes, for those not marked private."""
-        return f"NOT {files_alias}.private" if self._hide_private else "1"
+        private notes or serves a scope, for the notes it may show (not private, inside a scope folder)."""
+        conditions = [f"NOT {files_alias}.private"] if self._hide_private else []
+        if self._scope:
+            # Folder keys are plain text (no NUL: see _scope_keys), quoted as SQL string literals. A note that is
+            # a symlink is in scope when the note it leads to is as well.
+            def inside(column: str) -> str:
+                return "(" + " OR ".join(
+                    f"substr({files_alias}.{column}, 1, {len(key)}) = '{key.replace(chr(39), chr(39) * 2)}'"
+                    for key in self._scope) + ")"
+
+            conditions.append(inside("path_key"))
+            conditions.append(f"({files_alias}.target_key = '' OR {inside('target_key')})")
+        return " AND ".join(conditions) or "1"
+
+    def _public_file(self, file_id: str) -> str:
+        """An SQL condition on a file id expression: true for every note, or, when this store hides private notes
+        or serves a scope, for the notes it may show."""
+        if not self._hide_private and not self._scope:
+            return "1"
+        if not self._scope:
+            return f"{file_id} NOT IN (SELECT id FROM files WHERE private)"
+        return f"{file_id} IN (SELECT pf.id FROM files AS pf WHERE {self._public('pf')})"
 
     def _public_chunk(self, chunk_id: str) -> str:
         """An SQL condition on a chunk id expression: true for every chunk, or, when this store hides private
-        notes, for those whose note is not marked private."""
-        if not self._hide_private:
+        notes or serves a scope, for the chunks of the notes it may show."""
+        if not self._hide_private and not self._scope:
             return "1"
-        return (f"{chunk_id} NOT IN (SELECT pc.id FROM files AS pf JOIN chunks AS pc ON pc.file_id = pf.id"
-                " WHERE pf.private)")
+        if not self._scope:  # the private notes are few: the shorter list
+            return (f"{chunk_id} NOT IN (SELECT pc.id FROM files AS pf JOIN chunks AS pc ON pc.file_id = pf.id"
+                    " WHERE pf.private)")
+        return (f"{chunk_id} IN (SELECT pc.id FROM files AS pf JOIN chunks AS pc ON pc.file_id = pf.id"
+                f" WHERE {self._public('pf')})")
 
     def close(self) -> None:
         """Close the connection. Safe to call twice. Any open batch is rolled back."""
@@ -604,11 +632,13 @@ class Store:
     def put_file(
         self, path: str, sha256: str, size: int, mtime_ns: int, chunks: list[ChunkRow], *, identity: str = "",
         title: str = "", aliases: tuple[str, ...] = (), private_mark: bool = False, private: bool = False,
+        target: str = "",
     ) -> None:
         """Insert or replace the file `path` and all its chunks (the old chunks and their FTS
         entries are deleted), with the note's title and aliases (searched by `search_titles`). Needs an open
         batch. `private_mark`: the note's frontmatter says `private: true`; `private`: the note is kept from
-        agents (its mark, or a private folder; see `refresh_private`).
+        agents (its mark, or a private folder; see `refresh_private`). `target`: for a note that is a symlink, the
+        vault-relative path of the note it leads to (see `refresh_targets`).
 
         Raises:
             RuntimeError: no batch is open.
@@ -633,14 +663,15 @@ class Store:
         ]
         file_id = conn.execute(
             "INSERT INTO files (path, sha256, size, mtime_ns, indexed_at, identity, title, aliases, private_mark,"
-            " private) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " private, path_key, target, target_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(path) DO UPDATE SET sha256 = excluded.sha256, size = excluded.size,"
             " mtime_ns = excluded.mtime_ns, indexed_at = excluded.indexed_at, identity = excluded.identity,"
             " title = excluded.title, aliases = excluded.aliases, private_mark = excluded.private_mark,"
-            " private = excluded.private"
+            " private = excluded.private, target = excluded.target, target_key = excluded.target_key"
             " RETURNING id",
             (path, sha256, int(size), int(mtime_ns), time.time(), identity, title, "\n".join(aliases),
-             int(bool(private_mark)), int(bool(private or private_mark))),
+             int(bool(private_mark)), int(bool(private or private_mark)), path_key(path), target,
+             path_key(target)),
         ).fetchall()[0][0]  # fetchall: a RETURNING statement must run to its end before the next one
         # Row by row through the delete trigger, so the FTS index forgets exactly these rows.
         deleted = conn.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,)).rowcount
@@ -677,7 +708,8 @@ class Store:
 
     @_guarded("write")
     def refresh_private(self, in_private_folder: Callable[[str], bool] | None) -> int:
-        """Mark each note private when its frontmatter says so (private_mark) or `in_private_folder(path)` (None:
+        """Mark each note private when its frontmatter says so (private_mark) or `in_private_folder(path)` (or of the
+        note it leads to, for a symlink) (None:
         no folder is private), and public otherwise: a change of the configured folders takes effect without
         reading a note again. Needs an open batch. Returns how many notes changed.
 
@@ -688,10 +720,29 @@ class Store:
         conn = self._require_batch("refresh_private")
         if in_private_folder is None:
             return conn.execute("UPDATE files SET private = private_mark WHERE private != private_mark").rowcount
-        rows = conn.execute("SELECT id, path, private_mark, private FROM files").fetchall()
-        changed = [(int(want), file_id) for file_id, path, mark, now in rows
-                   if (want := bool(mark) or in_private_folder(path)) != bool(now)]
+        rows = conn.execute("SELECT id, path, target, private_mark, private FROM files").fetchall()
+        # A note that is a symlink is private when either its own path or the note it leads to is.
+        changed = [(int(want), file_id) for file_id, path, target, mark, now in rows
+                   if (want := bool(mark) or in_private_folder(path) or bool(target and in_private_folder(target)))
+                   != bool(now)]
         conn.executemany("UPDATE files SET private = ? WHERE id = ?", changed)
+        return len(changed)
+
+    @_guarded("write")
+    def refresh_targets(self, targets: Mapping[str, str]) -> int:
+        """Record, for each note that is a symlink, the note it leads to (`targets`: path -> vault-relative target,
+        as the walk found it); every other note gets none. Needs an open batch. Returns how many notes changed.
+
+        Raises:
+            RuntimeError: no batch is open.
+            StoreError: the index cannot be written.
+        """
+        conn = self._require_batch("refresh_targets")
+        rows = conn.execute("SELECT id, path, target FROM files WHERE target != '' OR path IN"
+                            " (SELECT value FROM json_each(?))", (json.dumps(list(targets)),)).fetchall()
+        changed = [(want, path_key(want), file_id) for file_id, path, now in rows
+                   if (want := targets.get(path, "")) != now]
+        conn.executemany("UPDATE files SET target = ?, target_key = ? WHERE id = ?", changed)
         return len(changed)
 
     @_guarded("read")
@@ -938,7 +989,7 @@ class Store:
         """
         return self._id_map(
             "SELECT file_id, MIN(id) FROM chunks WHERE file_id IN (SELECT value FROM json_each(?))"
-            + ("" if not self._hide_private else " AND file_id NOT IN (SELECT id FROM files WHERE private)")
+            + f" AND {self._public_file('file_id')}"
             + " GROUP BY file_id",
             file_ids,
         )
@@ -1039,7 +1090,7 @@ class Store:
         """
         rows = self._db.execute(
             "SELECT id, vector FROM chunks WHERE vector IS NOT NULL"
-            + ("" if not self._hide_private else " AND file_id NOT IN (SELECT id FROM files WHERE private)")
+            + f" AND {self._public_file('file_id')}"
             + " ORDER BY id"
         ).fetchall()
         if not rows:
@@ -1335,3 +1386,16 @@ __all__ = ["Store", "ChunkRow", "FileState", "Hit"]
 def _title_hit(file_id: int, path: str, title: str, aliases: str, score: float | None) -> TitleHit:
     """A TitleHit from a files row (aliases are stored one per line)."""
     return TitleHit(file_id, path, title, tuple(a for a in aliases.split("\n") if a), float(score or 0.0))
+
+
+def _scope_keys(scope: Sequence[str]) -> tuple[str, ...]:
+    """The scope's folder keys, checked: each non-empty, ending in "/" and free of NUL (they become SQL literals).
+
+    Raises:
+        ValueError: a key that `puremind.vault.folder_key` would never make.
+    """
+    keys = tuple(dict.fromkeys(scope))
+    for key in keys:
+        if not key or not key.endswith("/") or "\0" in key or key != path_key(key):
+            raise ValueError(f"not a scope folder key: {key!r}")
+    return keys
