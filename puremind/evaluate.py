@@ -247,6 +247,7 @@ def configurations(db: "Path", models: "Models", params: RetrievalParams, *, has
     from puremind.models import ModelsUnavailable
     from puremind.models.lazy import Models as _Models
 
+    params = dataclasses.replace(params, excerpts=False)  # eval reads paths and headings only
     out = [Configuration("keyword", Searcher(db, _Models.given(), dataclasses.replace(params, rerank=False)))]
     budget = float(params.rerank_budget)
     rerank_name = f"hybrid + reranker ({f'budget {budget:g} s' if budget > 0 else 'unbounded'})"

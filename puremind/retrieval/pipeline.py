@@ -108,6 +108,8 @@ class RetrievalParams:
     #: skip the reranker on a strong signal: one note alone is titled (or named) exactly as the query, and it leads
     #: the fused list (measured on tldr-pages names: bench/strong_signal.py)
     strong_signal: bool = True
+    #: cut each hit's excerpt around the query's words (`puremind eval` reads paths only and turns it off)
+    excerpts: bool = True
 
 
 @dataclass
@@ -495,7 +497,7 @@ class Searcher:
                 return self._reranked(query, limit, reranker, pool, hits, fused, notes)
             # Found by meaning or by any of the words: show the part of the passage that matches the query.
             out = [
-                dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query)) for h in hits[:limit]
+                dataclasses.replace(h, score=fused[h.chunk_id], excerpt=self._excerpt(h, query)) for h in hits[:limit]
             ]
             return SearchOutcome(query, "hybrid", out, notes)
 
@@ -537,12 +539,16 @@ class Searcher:
         run = self._reranking.run(reranker, query, [rerank_text(h)[:cut] for h in pool], budget)
         notes.append(_rerank_note(run))
         scored = sorted(run.scores.items(), key=lambda item: -item[1])
-        out = [dataclasses.replace(pool[i], score=float(s), excerpt=best_excerpt(pool[i].text, query))
+        out = [dataclasses.replace(pool[i], score=float(s), excerpt=self._excerpt(pool[i], query))
                for i, s in scored[:limit]]
         rest = [h for i, h in enumerate(hits) if i not in run.scores]
-        out += [dataclasses.replace(h, score=fused[h.chunk_id], excerpt=best_excerpt(h.text, query))
+        out += [dataclasses.replace(h, score=fused[h.chunk_id], excerpt=self._excerpt(h, query))
                 for h in rest[: max(0, limit - len(out))]]
         return SearchOutcome(query, "reranked", out, notes, reranked=min(len(scored), limit))
+
+    def _excerpt(self, hit: Hit, query: str) -> str:
+        """The part of the passage that matches the query (`best_excerpt`), unless excerpts are off."""
+        return best_excerpt(hit.text, query) if self.params.excerpts else hit.excerpt
 
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
