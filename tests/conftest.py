@@ -141,3 +141,29 @@ def hf_http_error(cls: type[Exception], message: str, status: int = 404) -> Exce
         http = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
         request = http.Request("GET", "https://huggingface.co/api/models/org/tiny")
         return cls(message, response=http.Response(status, request=request))
+
+
+def mcp_calls(env: dict[str, str], calls: list[tuple[str, dict]], *serve_args: str, timeout: float = 60) -> list:
+    """Start `puremind serve --no-rerank [serve_args]` with `env` through the MCP SDK's real stdio client, make each
+    (tool, arguments) call in order in one session, and return the results (the server's stderr goes to
+    err.log in PUREMIND_HOME)."""
+    import sys
+
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "puremind", "serve", "--no-rerank", *serve_args],
+                                   env=env, cwd=str(Path(__file__).resolve().parent.parent))
+    out: list = []
+
+    async def scenario() -> None:
+        with anyio.fail_after(timeout), open(Path(env["PUREMIND_HOME"]) / "err.log", "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write_stream):
+                async with ClientSession(read, write_stream) as session:
+                    await session.initialize()
+                    for name, args in calls:
+                        out.append(await session.call_tool(name, args))
+
+    anyio.run(scenario)
+    return out

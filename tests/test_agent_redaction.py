@@ -5,15 +5,11 @@ that holds one."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
-from conftest import write
+from conftest import mcp_calls, write
 from puremind import cli
 from puremind.config import load_settings
 from puremind.inbox import Inbox
@@ -42,22 +38,6 @@ def world(tmp_path_factory) -> dict:
     return {"vault": vault, "env": env, "settings": settings, "root": root}
 
 
-def _call(env: dict[str, str], calls: list[tuple[str, dict]]) -> list:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "puremind", "serve", "--no-rerank"],
-                                   env=env, cwd=str(REPO))
-    out: list = []
-
-    async def scenario() -> None:
-        with anyio.fail_after(120), open(Path(env["PUREMIND_HOME"]) / "err.log", "w") as err:
-            async with stdio_client(params, errlog=err) as (read, write_stream):
-                async with ClientSession(read, write_stream) as session:
-                    await session.initialize()
-                    for name, args in calls:
-                        out.append(await session.call_tool(name, args))
-
-    anyio.run(scenario)
-    return out
-
 
 def _everything(result) -> str:
     """All an agent receives of one tool call: the text blocks and the structured content."""
@@ -79,7 +59,7 @@ def test_no_credential_reaches_an_agent_through_search_or_get(world):
     topics = [("puremind_search", {"query": q, "limit": 50}) for q in
               ("token", "password", "key", "secret", "deploy key", "curl Authorization Bearer", "webhook")]
     gets = [("puremind_get", {"path": _note(i)[0]}) for i in range(n)]
-    results = _call(world["env"], searches + topics + gets)
+    results = mcp_calls(world["env"], searches + topics + gets, timeout=120)
     assert not any(r.is_error for r in results)
     for i in range(n):
         rel, _, found = _note(i)
@@ -101,7 +81,7 @@ def test_redaction_off_gives_agents_the_text_as_written_and_the_terminal_never_r
     home = Path(world["env"]["PUREMIND_HOME"])
     (home / "config.toml").write_text("[agents]\nredact = false\n", encoding="utf-8")
     try:
-        search, get = _call(world["env"], [("puremind_search", {"query": "GitHub token mirror job", "limit": 3}),
+        search, get = mcp_calls(world["env"], [("puremind_search", {"query": "GitHub token mirror job", "limit": 3}),
                                             ("puremind_get", {"path": rel})])
     finally:
         (home / "config.toml").unlink()

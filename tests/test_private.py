@@ -5,16 +5,12 @@ store leaves it out of every list before ranking, so an agent still gets `limit`
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from typer.testing import CliRunner
 
-from conftest import FakeEmbedder, write
+from conftest import FakeEmbedder, mcp_calls, write
 from puremind.cli import app
 from puremind.config import ConfigError, load_settings, read_config_file
 from puremind.indexer import index_vault
@@ -203,28 +199,12 @@ def test_an_agent_search_with_vectors_never_finds_a_private_note(tmp_path):
         searcher.close()
 
 
-def _call(env: dict[str, str], calls: list[tuple[str, dict]]) -> list:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "puremind", "serve", "--no-rerank"],
-                                   env=env, cwd=str(REPO))
-    out: list = []
-
-    async def scenario() -> None:
-        with anyio.fail_after(60), open(Path(env["PUREMIND_HOME"]) / "err.log", "w") as err:
-            async with stdio_client(params, errlog=err) as (read, write_stream):
-                async with ClientSession(read, write_stream) as session:
-                    await session.initialize()
-                    for name, args in calls:
-                        out.append(await session.call_tool(name, args))
-
-    anyio.run(scenario)
-    return out
-
 
 def test_through_mcp_private_notes_are_absent_from_search_refused_by_get_and_left_out_of_recent(world):
     queries = [UNIQUE, f"{UNIQUE} diary", "doctor", "sister", f"{UNIQUE} day"]
     gets = ["diary.md", "Diary.md", "Journal/2026-12-01.md", "journal/2026-12-01.md", "Journal/../diary.md",
             "nothing.md"]
-    results = _call(world["env"], [("puremind_search", {"query": q, "limit": 5}) for q in queries]
+    results = mcp_calls(world["env"], [("puremind_search", {"query": q, "limit": 5}) for q in queries]
                     + [("puremind_get", {"path": p}) for p in gets]
                     + [("puremind_recent", {"days": 30, "limit": 100})])
     searches, got, recent = results[: len(queries)], results[len(queries): -1], results[-1]

@@ -8,17 +8,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 import unicodedata
 from pathlib import Path
 
-import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from typer.testing import CliRunner
 
-from conftest import FakeEmbedder, write
+from conftest import FakeEmbedder, mcp_calls, write
 from puremind import cli
 from puremind.cli import app
 from puremind.config import load_settings
@@ -189,28 +185,12 @@ def test_get_and_recent_of_a_scoped_agent_refuse_and_omit_what_lies_outside(worl
     assert "mortgage" in get_note(settings, "Work/link.md").text  # the user's own get reads it
 
 
-def _call(env: dict[str, str], calls: list[tuple[str, dict]], *serve_args: str) -> list:
-    params = StdioServerParameters(command=sys.executable, args=["-m", "puremind", "serve", "--no-rerank", *serve_args],
-                                   env=env, cwd=str(REPO))
-    out: list = []
-
-    async def scenario() -> None:
-        with anyio.fail_after(60), open(Path(env["PUREMIND_HOME"]) / "err.log", "w") as err:
-            async with stdio_client(params, errlog=err) as (read, write_stream):
-                async with ClientSession(read, write_stream) as session:
-                    await session.initialize()
-                    for name, args in calls:
-                        out.append(await session.call_tool(name, args))
-
-    anyio.run(scenario)
-    return out
-
 
 def test_through_mcp_a_scoped_server_serves_its_folders_only(world):
     queries = [WORD, f"{WORD} budget", "mortgage rate", "cardiologist said rest", "salary", f"{WORD} top"]
     gets = ["Home/finances.md", "HOME/finances.md", "Work/../Home/finances.md", "Work/link.md", "top.md",
             unicodedata.normalize("NFD", "Home/Ärzte/visit.md"), "../vault/top.md", "nothing.md"]
-    results = _call(world["env"], [("puremind_search", {"query": q, "limit": 5}) for q in queries]
+    results = mcp_calls(world["env"], [("puremind_search", {"query": q, "limit": 5}) for q in queries]
                     + [("puremind_get", {"path": p}) for p in gets]
                     + [("puremind_get", {"path": "Work/proj2.md"})]
                     + [("puremind_recent", {"days": 30, "limit": 100})], "--scope", "Work")
@@ -231,7 +211,7 @@ def test_through_mcp_a_scoped_server_serves_its_folders_only(world):
 
 
 def test_a_server_with_a_scope_that_is_no_vault_folder_answers_every_call_with_the_error(world):
-    (result,) = _call(world["env"], [("puremind_search", {"query": WORD})], "--scope", "Wrok")
+    (result,) = mcp_calls(world["env"], [("puremind_search", {"query": WORD})], "--scope", "Wrok")
     text = "\n".join(b.text for b in result.content if b.type == "text")
     assert result.is_error and "the scope folder 'Wrok' is not a folder of the vault" in text
 
