@@ -261,3 +261,32 @@ def test_rerank_accepts_auto_in_config_and_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("PUREMIND_RERANK", "sometimes")
     with pytest.raises(ConfigError, match='true or false, or "auto"'):
         load_settings()
+
+
+def test_the_random_weight_stand_in_reranker_is_found_to_hurt_and_auto_turns_it_off(indexed, tmp_path):
+    """The stand-in for bge-reranker-v2-m3 (random weights, the architecture and tokenizer scheme of the real one):
+    eval must find that it lowers MRR@10 beyond the interval, and `auto` must then leave it out."""
+    from puremind.export import export_available
+
+    if not export_available():
+        pytest.skip("building the stand-in reranker needs torch and transformers (the [export] extra)")
+    from puremind.models.folder_spec import generic_spec
+    from puremind.models.torch_backend import TorchReranker
+    from scripts.standins import build_xlmr_reranker
+
+    settings, titles = indexed
+    src = build_xlmr_reranker(tmp_path / "xlmr")
+    reranker = TorchReranker(src, generic_spec(str(src), src, role="reranker"), device="cpu",
+                             fingerprint="standin/xlmr@random|torch-fp32|chars=800")
+    embedder = FakeEmbedder()
+    try:
+        summary = run_eval(settings, queries=80, models=Models.given(embedder, reranker))
+        cmp = summary["rerank_vs_hybrid"]
+        assert cmp["verdict"] == "hurts" and cmp["difference"]["high"] < 0, cmp
+        auto = Searcher(settings.db, Models.given(embedder, reranker), RetrievalParams(rerank="auto"))
+        outcome = auto.search("field report notes sample", 5)
+        auto.close()
+        assert outcome.mode == "hybrid"
+        assert any(n.startswith('reranker not run (rerank = "auto")') for n in outcome.notes)
+    finally:
+        reranker.close()
