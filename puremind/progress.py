@@ -44,7 +44,7 @@ class ProgressDisplay:
         if done < total and now - self._last < REFRESH_S:
             return
         self._last = now
-        rate, left = self._eta.rate(), self._eta.remaining()
+        rate, left = self._eta.rate(), 0.0 if done >= total else self._eta.remaining()
         unit = PHASES.get(phase, (phase, "items"))[1]
         shown = name if len(name) <= 40 else "..." + name[-37:]
         self._progress.update(

@@ -55,3 +55,32 @@ def test_recent_batches_weigh_most_when_the_pace_changes():
     average = (420 - 1) / (t - 1.0)
     assert eta.rate() == pytest.approx(0.5, rel=0.05), "the estimate follows the new pace"
     assert abs(eta.rate() - 0.5) < abs(average - 0.5)
+
+
+def test_the_progress_bar_says_nothing_is_left_when_its_phase_is_done(monkeypatch):
+    """The last update of a phase (done == total) shows 0 s left, not the estimator's last guess, before the bar
+    is cleared."""
+    import io
+
+    from rich.console import Console
+
+    from puremind import progress as progress_module
+    from puremind.progress import ProgressDisplay
+
+    now = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    shown: list[str] = []
+    display = ProgressDisplay(Console(file=io.StringIO(), force_terminal=True, width=200))
+    real_update = None
+
+    def update(task, **fields):
+        shown.append(fields["left"])
+        return real_update(task, **fields)
+
+    for done in range(0, 11):
+        now[0] += 1.0
+        display("embedding", done, 10, f"note{done}.md")
+        if real_update is None and display._progress is not None:
+            real_update = display._progress.update
+            display._progress.update = update
+    assert shown and shown[-1] == "0 s left"
