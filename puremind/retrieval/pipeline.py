@@ -480,7 +480,7 @@ class Searcher:
             qvec = self._query_vectors.get(embedder, text) if text else None
             if embedder is not None:
                 self._note_coverage(store, notes)
-            hits, fused, exact_note = self._fuse(store, match, query, qvec)
+            hits, fused, exact_leads = self._fuse(store, match, query, qvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
             reranker = preload.result(notes) if preload is not None and hits else None
@@ -488,8 +488,7 @@ class Searcher:
             if reranker is not None and len({h.text for h in pool}) < 2:  # a reranker implies hits
                 notes.append("reranking skipped: one candidate passage, nothing to reorder")
                 reranker = None
-            if reranker is not None and self.params.strong_signal and exact_note is not None \
-                    and hits[0].path == exact_note:
+            if reranker is not None and self.params.strong_signal and exact_leads:
                 notes.append("reranking skipped: strong signal: the query is exactly the title of the first note")
                 reranker = None
             if reranker is not None and _reads(reranker, query, "reranking", notes,
@@ -553,9 +552,10 @@ class Searcher:
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
 
-    def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float], str | None]:
-        """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score, the path
-        of the one note titled or named exactly as the query, None when there is no such note or several)."""
+    def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float], bool]:
+        """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score, whether
+        the first hit belongs to the one note titled or named exactly as the query: False when there is no such
+        note, or several)."""
         p = self.params
         cand = p.candidates
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
@@ -600,10 +600,10 @@ class Searcher:
                 exact_chunk = named[0] if len(named) == 1 else None
             fused = fuse_at_depth(lists, p.rrf_k, p.fusion_depth, note_of)[:cand]
             hits = store.chunks_by_ids([cid for cid, _ in fused])
-            exact_path = next((h.path for h in hits if h.chunk_id == exact_chunk), None) if exact_chunk else None
-            if exact_path is None and exact_chunk is not None:
-                exact_path = next((h.path for h in store.chunks_by_ids([exact_chunk])), None)
-        return hits, dict(fused), exact_path
+            # note_of holds every chunk of the lists, the exact title's chunk too (added by _title_rankings)
+            exact_leads = bool(exact_chunk is not None and hits
+                               and note_of.get(hits[0].chunk_id) == note_of.get(exact_chunk))
+        return hits, dict(fused), exact_leads
 
     def _title_rankings(self, store: Store, match: str, query: str, rankings: list[list[int]],
                         note_of: dict[int, int]) -> tuple[list[int], list[int], Ranked]:
