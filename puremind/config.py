@@ -35,6 +35,9 @@ RERANK_AUTO = "auto"
 RERANK_CHOICES = (RERANK_AUTO,)
 #: `[models] embedder = "none"` turns semantic search off: keyword search only, no model is loaded.
 NO_EMBEDDER = "none"
+#: `[models] reranker = "none"`: no reranker model at all; searches end at the fusion, as with `rerank = false`,
+#: which it implies whatever `[retrieval] rerank` says.
+NO_RERANKER = "none"
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,11 @@ class Settings:
     def semantic(self) -> bool:
         """False when the user turned semantic search off (`embedder = "none"`)."""
         return self.embedder.lower() != NO_EMBEDDER
+
+    @property
+    def has_reranker(self) -> bool:
+        """False when the user configured no reranker (`reranker = "none"`) or turned semantic search off."""
+        return self.semantic and self.reranker.lower() != NO_RERANKER
 
     def require_vault(self) -> Path:
         """The vault directory. Raises ConfigError when none is set."""
@@ -287,6 +295,8 @@ def load_settings(flags: Mapping[str, Any] | None = None, env: Mapping[str, str]
         values["embedder_revision"] = DEFAULT_EMBEDDER_REVISION
     if "reranker_revision" not in values and values.get("reranker", DEFAULT_RERANKER) == DEFAULT_RERANKER:
         values["reranker_revision"] = DEFAULT_RERANKER_REVISION
+    if str(values.get("reranker", "")).lower() == NO_RERANKER:
+        values["rerank"] = False  # no reranker model: nothing can rerank, whatever [retrieval] rerank says
     return Settings(home=home, config_path=config_path, **values)
 
 
@@ -301,6 +311,7 @@ def render_config(values: Mapping[str, Any]) -> str:
         "reranker_revision": "pinned for the default model",
         "query_prefix": "default: the model's own",
         "embedder": '"none" turns semantic search off',
+        "reranker": '"none": no reranker (searches end at the fusion)',
     }
     lines = ["# pureMind configuration. Environment variables (PUREMIND_*) override it; flags override both.", ""]
     section: str | None = None

@@ -343,6 +343,8 @@ def _eval_check(settings: Settings, meta: dict[str, str]) -> Check:
     gate = None
     if not settings.semantic:
         state = 'no reranker (embedder = "none")'
+    elif not settings.has_reranker:
+        state = 'no reranker (reranker = "none")'
     elif settings.rerank == "auto":
         gate = rerank_gate(summary, settings.reranker)
         state = f'rerank = "auto": the reranker {"runs" if gate.run else "is off"} ({gate.reason})'
@@ -411,8 +413,11 @@ def _model_checks(settings: Settings | None) -> list[Check]:
     checks: list[Check] = []
     if settings.backend == "onnx" and importlib.util.find_spec("onnxruntime") is None:
         checks.append(Check("models", "runtime", FAIL, "onnxruntime is not installed", "pip install onnxruntime"))
-    for role in ("embedder", "reranker"):
-        checks += _role_checks(settings, role)
+    checks += _role_checks(settings, "embedder")
+    if settings.has_reranker:
+        checks += _role_checks(settings, "reranker")
+    else:
+        checks.append(Check("models", "reranker", OK, 'reranker = "none": no reranker; searches end at the fusion'))
     checks += _provider_verdicts(settings)
     return checks
 
@@ -824,8 +829,9 @@ def _speed_checks(settings: Settings | None, index: dict[str, Any]) -> list[Chec
     checks: list[Check] = []
     embed_models = Models(model_choice(settings, "embedder", threads=indexing_threads(settings)), None)
     checks.append(_time_embedder(embed_models, settings, index))
-    rerank_models = Models(None, model_choice(settings, "reranker"))
-    checks.append(_time_reranker(rerank_models, settings, settings.rerank_candidates))
+    if settings.has_reranker:
+        rerank_models = Models(None, model_choice(settings, "reranker"))
+        checks.append(_time_reranker(rerank_models, settings, settings.rerank_candidates))
     return checks
 
 

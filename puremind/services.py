@@ -219,14 +219,16 @@ def build_models(settings: Settings, *, progress: Notice | None = None, indexing
     """The models object of one command (or one server session): nothing is loaded until it is used. With
     `indexing` (the `index` and `watch` commands), the models run on `indexing_threads` threads.
 
-    `embedder = "none"` is keyword search with no model: then no embedder and no reranker are configured. An
+    `embedder = "none"` is keyword search with no model: then no embedder and no reranker are configured;
+    `reranker = "none"` configures no reranker. An
     ONNX variant that is not exported yet is exported on first use when the [export] extra is installed.
     """
     if not settings.semantic:
         return Models(None, None, progress=progress)
     threads = indexing_threads(settings) if indexing else None
-    return Models(model_choice(settings, "embedder", threads=threads), model_choice(settings, "reranker", threads=threads),
-                  obtain=export_if_missing, progress=progress)
+    reranker = model_choice(settings, "reranker", threads=threads) if settings.has_reranker else None
+    return Models(model_choice(settings, "embedder", threads=threads), reranker, obtain=export_if_missing,
+                  progress=progress)
 
 
 def export_if_missing(choice: ModelChoice, resolved: Resolved, variant: str, progress: Notice | None) -> Path:
@@ -309,7 +311,7 @@ def export_models(
         coreml = platform.system() == "Darwin" and platform.machine() == "arm64"
     done: list[tuple[str, str, Path]] = []
     for role in roles:
-        if role == "embedder" and not settings.semantic:
+        if (role == "embedder" and not settings.semantic) or (role == "reranker" and not settings.has_reranker):
             continue
         resolved = resolve(model_choice(settings, role), progress=progress)
         source = source_of(resolved, progress=progress)
