@@ -54,24 +54,30 @@ def hybrid_cell(text: str, heading: str, variant: str, column: int = -1) -> floa
 
 def run_quality(data: Path, embedder: Path, variant: str, method: str | None, home: Path,
                 lme_questions: int, scifact: bool, max_queries: int | None) -> dict:
-    cmd = [sys.executable, str(ROOT / "bench" / "quality.py"), "--embedder", str(embedder), "--variants", variant]
+    """The hybrid figures of one variant. LongMemEval runs in a call of its own: quality.py has one
+    --max-queries for every set, and given twice the last one counted (SciFact was then scored on the first
+    `lme_questions` claims only)."""
+    base = [sys.executable, str(ROOT / "bench" / "quality.py"), "--embedder", str(embedder), "--variants", variant]
+    base += ["--int8-method", method] if method else []
+    calls = []
+    first = []
     if SIX_LANGUAGE:
-        cmd += ["--multilingual", str(data / "birkin-mnemosyne-retrieval"), "--split", "dev"]
+        first += ["--multilingual", str(data / "birkin-mnemosyne-retrieval"), "--split", "dev"]
     if scifact:
-        cmd += ["--scifact", str(data / "scifact"), "--scifact-split", "train"]
-    if max_queries:
-        cmd += ["--max-queries", str(max_queries)]
+        first += ["--scifact", str(data / "scifact"), "--scifact-split", "train"]
+    if first:
+        calls.append(base + first + (["--max-queries", str(max_queries)] if max_queries else []))
     if lme_questions:
-        cmd += ["--longmemeval", str(data / "longmemeval" / "longmemeval_s_cleaned_subset80.json"),
-                "--chunking", "exchange", "--max-queries", str(lme_questions)]
-    if method:
-        cmd += ["--int8-method", method]
+        calls.append(base + ["--longmemeval", str(data / "longmemeval" / "longmemeval_s_cleaned_subset80.json"),
+                             "--chunking", "exchange", "--max-queries", str(lme_questions)])
     env = dict(os.environ, PUREMIND_HOME=str(home))
     started = time.monotonic()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"quality.py failed ({variant} {method}):\n{done.stderr[-2000:]}")
-    text = done.stdout
+    text = ""
+    for cmd in calls:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"quality.py failed ({variant} {method}):\n{done.stderr[-2000:]}")
+        text += done.stdout
     return {
         "six-language R@5": hybrid_cell(text, "Recall@5 per language:", variant) if SIX_LANGUAGE else None,
         "SciFact nDCG@10": hybrid_cell(text, "### SciFact", variant, 2) if scifact else None,

@@ -2,7 +2,7 @@
 
     python bench/tldr_descriptions.py ARCHIVE --embedder FOLDER|HUB_ID [--variant int8] [--langs en de ...]
                                       [--queries 200] [--workdir DIR] [--json FILE] [--note TEXT]
-                                      [--write-results [SECTION]]
+                                      [--names] [--fusion FIELD=VALUE,...] [--write-results [SECTION]]
 
 The description part of bench/titles.py (its `extract`, `queries_for`, `pages_by_description` and `mrr`: the
 same vault per language, the same sample of every k-th page by path, the same rule that a hit on any page whose
@@ -12,12 +12,15 @@ the dense list, no reranker). The embedder is loaded the way bench/quality.py lo
 PUREMIND_HOME on first use, then the relevance probe). Languages run in the order given; with --write-results
 the section is rewritten after each language, so a run stopped part way keeps what it measured. --json keeps
 every query's rank in both configurations (0: not in the top 10); --note is written above the table (what the
-model is, where it came from).
+model is, where it came from). --names also asks each sampled page's file name (hit@1; any page of that name
+counts, as in bench/titles.py); --fusion adds a third configuration, hybrid with other RetrievalParams (a trial),
+searched on the same index.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -71,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="every query's rank in both configurations")
     p.add_argument("--note", default="", help="written above the table in bench/RESULTS.md")
     p.add_argument("--write-results", nargs="?", const=SECTION, default=None, metavar="SECTION")
+    p.add_argument("--names", action="store_true",
+                   help="also each sampled page's file name as a query: hit@1 (any page of that name counts)")
+    p.add_argument("--fusion", default="", metavar="FIELD=VALUE,...",
+                   help="a third configuration: hybrid with these RetrievalParams (a trial)")
     args = p.parse_args(argv)
 
     from puremind.config import load_settings
@@ -79,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     from puremind.retrieval.pipeline import RetrievalParams, Searcher
     from puremind.store import Store
 
+    from bench.quality import _fusion_value
+
+    trial = {k.strip(): _fusion_value(v.strip()) for k, _, v in
+             (item.partition("=") for item in args.fusion.split(",") if item)}
+    trial_label = f"hybrid, {args.fusion}"
     embedder, label = load_embedder(args.embedder, args.variant)
     command = ((f"PUREMIND_HOME={os.environ['PUREMIND_HOME']} " if os.environ.get("PUREMIND_HOME") else "")
                + "python bench/tldr_descriptions.py "
@@ -103,36 +115,61 @@ def main(argv: list[str] | None = None) -> int:
             sample = [(rel, desc) for rel, _, desc in queries_for(vault, args.queries) if desc]
             by_desc = pages_by_description(vault)
             shared = sum(len(by_desc.get(desc, ())) > 1 for _, desc in sample)
-            searcher = Searcher(settings.db, Models.given(embedder), RetrievalParams(rerank=False))
-            scores = {KEYWORD: 0.0, HYBRID: 0.0}
+            searchers = {KEYWORD: (Searcher(settings.db, Models.given(embedder), RetrievalParams(rerank=False)), True),
+                         HYBRID: (Searcher(settings.db, Models.given(embedder), RetrievalParams(rerank=False)), False)}
+            if trial:
+                searchers[trial_label] = (Searcher(settings.db, Models.given(embedder),
+                                                   dataclasses.replace(RetrievalParams(rerank=False), **trial)), False)
+            scores = dict.fromkeys(searchers, 0.0)
+            hits1 = dict.fromkeys(searchers, 0.0)
+            by_name: dict[str, set[str]] = {}
+            for path in sorted(str(q.relative_to(vault)) for q in vault.rglob("*.md")):
+                by_name.setdefault(path.rsplit("/", 1)[-1][:-3], set()).add(path)
             for rel, desc in sample:
                 relevant = by_desc.get(desc) or {rel}
+                name = rel.rsplit("/", 1)[-1][:-3]
                 record = {"lang": lang, "page": rel, "query": desc, "relevant": sorted(relevant)}
-                for config, lexical in ((KEYWORD, True), (HYBRID, False)):
+                for config, (searcher, lexical) in searchers.items():
                     ranked = [h.path for h in searcher.search(desc, 10, lexical_only=lexical).hits]
                     scores[config] += mrr(ranked, relevant)
                     record[config] = {"rank": rank_of(ranked, relevant), "top3": ranked[:3]}
+                    if args.names:
+                        named = [h.path for h in searcher.search(name, 10, lexical_only=lexical).hits]
+                        hits1[config] += float(bool(named) and named[0] in by_name[name])
+                        record[config]["name_top3"] = named[:3]
                 records.append(record)
-            searcher.close()
+            for searcher, _ in searchers.values():
+                searcher.close()
         n = max(len(sample), 1)
         kw, hy = scores[KEYWORD] / n, scores[HYBRID] / n
-        rows.append((lang, pages, len(sample), shared, kw, hy, index_s))
+        extra = {"trial": scores[trial_label] / n if trial else None,
+                 "names": {c: v / n for c, v in hits1.items()} if args.names else None}
+        rows.append((lang, pages, len(sample), shared, kw, hy, index_s, extra))
         print(f"{lang:5} pages {pages:5} queries {len(sample):3} keyword {kw:.3f} hybrid {hy:.3f} "
-              f"({hy - kw:+.3f}; indexed in {index_s:.0f} s)", file=sys.stderr, flush=True)
+              f"({hy - kw:+.3f}; indexed in {index_s:.0f} s)"
+              + (f" trial {extra['trial']:.3f} ({extra['trial'] - kw:+.3f})" if trial else "")
+              + (" names hit@1 " + " / ".join(f"{v:.3f}" for v in extra["names"].values()) if args.names else ""),
+              file=sys.stderr, flush=True)
         if args.json:
             args.json.write_text(json.dumps(records, ensure_ascii=False, indent=0), encoding="utf-8")
         if args.write_results:
             write(args, command, label, rows)
-    table = render(rows)
-    print(table)
+    print(render(rows, args.fusion))
     return 0
 
 
-def render(rows: list[tuple]) -> str:
-    lines = ["| language | pages | queries | shared descriptions | keyword MRR@10 | hybrid MRR@10 | hybrid - keyword "
-             "| index time (s) |", "|---|---|---|---|---|---|---|---|"]
-    for lang, pages, n, shared, kw, hy, index_s in rows:
-        lines.append(f"| {lang} | {pages} | {n} | {shared} | {kw:.3f} | {hy:.3f} | {hy - kw:+.3f} | {index_s:.0f} |")
+def render(rows: list[tuple], trial: str = "") -> str:
+    """The table; a trial's MRR@10 and the names' hit@1 (keyword / hybrid / trial) get columns when measured."""
+    names = any(extra["names"] for *_, extra in rows)
+    head = ["language", "pages", "queries", "shared descriptions", "keyword MRR@10", "hybrid MRR@10", "hybrid - keyword"]
+    head += [f"{trial} MRR@10", "trial - keyword"] if trial else []
+    head += ["name hit@1 keyword / hybrid" + (" / trial" if trial else "")] if names else []
+    lines = ["| " + " | ".join(head + ["index time (s)"]) + " |", "|" + "---|" * (len(head) + 1)]
+    for lang, pages, n, shared, kw, hy, index_s, extra in rows:
+        cells = [lang, str(pages), str(n), str(shared), f"{kw:.3f}", f"{hy:.3f}", f"{hy - kw:+.3f}"]
+        cells += [f"{extra['trial']:.3f}", f"{extra['trial'] - kw:+.3f}"] if trial else []
+        cells += [" / ".join(f"{v:.3f}" for v in extra["names"].values())] if names else []
+        lines.append("| " + " | ".join(cells + [f"{index_s:.0f}"]) + " |")
     return "\n".join(lines)
 
 
@@ -143,7 +180,7 @@ def write(args: argparse.Namespace, command: str, label: str, rows: list[tuple])
             f"not speed figures; 0 where --workdir held the index already); no reranker. tldr-pages description MRR@10 (the query is a page's first `>` "
             f"line; a hit on any page with that same line counts); {args.queries} pages per language, every k-th "
             f"by path (bench/titles.py's sample); {len(rows)} of the {len(args.langs)} languages asked for "
-            f"measured; {platform.machine()}, Python {platform.python_version()}.\n\n{render(rows)}")
+            f"measured; {platform.machine()}, Python {platform.python_version()}.\n\n{render(rows, args.fusion)}")
     write_section(args.write_results, command, body)
 
 
