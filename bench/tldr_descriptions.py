@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from puremind.config import load_settings
+    from puremind.errors import QueryError
     from puremind.indexer import index_vault
     from puremind.models.lazy import Models
     from puremind.retrieval.pipeline import RetrievalParams, Searcher
@@ -134,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                     scores[config] += mrr(ranked, relevant)
                     record[config] = {"rank": rank_of(ranked, relevant), "top3": ranked[:3]}
                     if args.names:
-                        named = [h.path for h in searcher.search(name, 10, lexical_only=lexical).hits]
+                        try:
+                            named = [h.path for h in searcher.search(name, 10, lexical_only=lexical).hits]
+                        except QueryError:  # a name with no searchable word ('((' in en): a miss, as in titles.py
+                            named = []
                         hits1[config] += float(bool(named) and named[0] in by_name[name])
                         record[config]["name_top3"] = named[:3]
                 records.append(record)
