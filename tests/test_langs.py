@@ -146,6 +146,38 @@ def test_an_english_only_embedder_reads_the_english_words_of_a_korean_query(inde
     assert len(fake_embedder.embedded) == before + 1
 
 
+@pytest.mark.parametrize(("languages", "query", "pair_weight"), [
+    (("multilingual",), "서울역 근처 호텔", 0.5),  # reads the whole query, Hangul too: the pairs are a second voice
+    ((), "서울역 근처 호텔", 0.5),  # no languages declared: reads anything
+    (("ko",), "서울역 근처 호텔 VPN", 0.5),  # a Korean model reads its Hangul
+    (("en",), "서울역 근처 호텔", 1.0),  # left out: the pairs are the main voice
+    (("en",), "서울역 근처 호텔 espresso", 1.0),  # reads 'espresso' only
+    (("en",), "grinder espresso 호텔", 1.0),  # embedded whole, but the model does not read the Hangul word
+])
+def test_the_pair_list_weighs_less_only_where_the_embedder_reads_its_script(indexed, fake_embedder, monkeypatch,
+                                                                           languages, query, pair_weight):
+    from conftest import searcher_with
+
+    from puremind.retrieval import pipeline
+
+    weights: list[float] = []
+    real = pipeline._bm25_ranking
+
+    def spy(hits, weight):
+        weights.append(weight)
+        return real(hits, weight)
+
+    monkeypatch.setattr(pipeline, "_bm25_ranking", spy)
+    fake_embedder.languages = languages
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
+    try:
+        s.search(query, 5)
+    finally:
+        s.close()
+    # keyword list 1.0, then the pair list, then (two words or more) the all-words list 1.5
+    assert weights[:2] == [1.0, pair_weight], weights
+
+
 @pytest.mark.parametrize(("query", "language"), [
     ("Quiero saber cómo se configura el molinillo para hacer un buen café", "Spanish (es)"),
     ("Wie stelle ich die Mühle für einen Espresso richtig ein?", "German (de)"),

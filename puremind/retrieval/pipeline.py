@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
-from puremind.cjk import MAX_MATCH_TERMS, cjk_match_expression
+from puremind.cjk import MAX_MATCH_TERMS, cjk_match_expression, cjk_runs
 from puremind.config import DEFAULT_FUSION_DEPTH, DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
@@ -81,6 +81,12 @@ class RetrievalParams:
     #: each list's weight in the fusion
     lexical_weight: float = 1.0
     cjk_weight: float = 1.0
+    #: the character-pair list's weight when the embedder reads the whole query, the pairs' script included (as the
+    #: model declares its languages): beside a dense list of the same text the pairs are a second, weaker voice.
+    #: Where the embedder does not read that script (an English-only model, a Korean question or one Korean word
+    #: in an English query) they keep `cjk_weight`, the main voice for unspaced scripts (bench/RESULTS.md,
+    #: cjk-weight-read)
+    cjk_weight_read: float = 0.5
     #: a query of more character grams than this (unspaced scripts) is matched by this many, those the fewest
     #: passages hold (puremind.cjk.rarest_grams; 0 = every gram, as before issue 33)
     cjk_terms: int = MAX_MATCH_TERMS
@@ -480,7 +486,10 @@ class Searcher:
             qvec = self._query_vectors.get(embedder, text) if text else None
             if embedder is not None:
                 self._note_coverage(store, notes)
-            hits, fused, exact_leads = self._fuse(store, match, query, qvec)
+            # The character pairs are a second voice only where the embedder read the whole query, their script too.
+            pairs_read = bool(reads and qvec is not None
+                              and unread_script(_languages(embedder), "".join(cjk_runs(query))) is None)
+            hits, fused, exact_leads = self._fuse(store, match, query, qvec, pairs_read=pairs_read)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
             reranker = preload.result(notes) if preload is not None and hits else None
@@ -552,10 +561,12 @@ class Searcher:
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
 
-    def _fuse(self, store: Store, match: str, query: str, qvec) -> tuple[list[Hit], dict[int, float], bool]:
+    def _fuse(self, store: Store, match: str, query: str, qvec, *, pairs_read: bool = False
+              ) -> tuple[list[Hit], dict[int, float], bool]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score, whether
         the first hit belongs to the one note titled or named exactly as the query: False when there is no such
-        note, or several)."""
+        note, or several). `pairs_read`: `qvec` embeds the whole query, and its embedder reads the script of the
+        query's character pairs (the pair list then weighs `cjk_weight_read`)."""
         p = self.params
         cand = p.candidates
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
@@ -577,7 +588,7 @@ class Searcher:
                 keyword, every_hits = (with_note_evidence(hits, by_note, p.note_weight) for hits in (keyword, every_hits))
             lists = [_bm25_ranking(keyword, p.lexical_weight)]
             if cjk is not None:
-                lists.append(_bm25_ranking(cjk_hits, p.cjk_weight))
+                lists.append(_bm25_ranking(cjk_hits, p.cjk_weight_read if pairs_read else p.cjk_weight))
             if every is not None:
                 lists.append(_bm25_ranking(every_hits, p.all_words_weight))
             if qvec is not None:
