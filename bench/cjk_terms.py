@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quality-queries", type=int, default=300)
     p.add_argument("--multilingual", type=Path, help="birkin-mnemosyne folder (dev split scored)")
     p.add_argument("--cjk-terms", type=int, default=None, help="the bound to try (default: RetrievalParams')")
+    p.add_argument("--cjk-budget", type=int, default=None,
+                   help="the passages the grams beyond the bound may hold together (default: RetrievalParams')")
     p.add_argument("--write-results", action="store_true")
     args = p.parse_args(argv)
 
@@ -259,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     after = RetrievalParams(rerank=False)
     if args.cjk_terms is not None:
         after = dataclasses.replace(after, cjk_terms=args.cjk_terms)
+    if args.cjk_budget is not None:
+        after = dataclasses.replace(after, cjk_budget=args.cjk_budget)
     configs = {"before": dataclasses.replace(after, cjk_terms=0), "after": after}
     args.workdir.mkdir(parents=True, exist_ok=True)
 

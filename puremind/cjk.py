@@ -33,6 +33,10 @@ _CJK_RUN = re.compile(f"[{UNSPACED_CHARS}]+")
 MAX_QUERY_GRAMS = 128
 #: A query of more grams than this is matched by this many of them, the rarest (bench/RESULTS.md, cjk-terms).
 MAX_MATCH_TERMS = 8
+#: Beyond the MAX_MATCH_TERMS rarest grams, the next rarest are matched too while the passages they all hold add
+#: up to no more than this (each gram counted exactly, so held by fewer than TERM_COUNT_CAP passages): a small
+#: vault keeps every gram of a long query, a large one the bound (bench/RESULTS.md, cjk-budget).
+MATCH_BUDGET = 1000
 #: How many passages holding a gram are counted, at most, to judge how rare it is: the count costs no more than
 #: this per gram, however large the index.
 TERM_COUNT_CAP = 500
@@ -75,11 +79,13 @@ def as_indexed(gram: str) -> str:
     return "".join(ch for ch in gram if unicodedata.category(ch)[0] in "LN" or unicodedata.category(ch) == "Co")
 
 
-def rarest_grams(found: list[str], count: TermCounts, max_terms: int) -> list[str]:
-    """At most `max_terms` of a query's grams `found`, each as the index reads it (`as_indexed`, no two alike),
-    those held by the fewest passages (`count`), pairs before single characters among equal counts, then in reading order;
-    listed in reading order. A gram no passage holds is left out: it matches nothing (when none is held, the first
-    `max_terms` grams, which match nothing, so that the query still has its list of character matches).
+def rarest_grams(found: list[str], count: TermCounts, max_terms: int, budget: int = 0) -> list[str]:
+    """The `max_terms` of a query's grams `found`, each as the index reads it (`as_indexed`, no two alike), held by
+    the fewest passages (`count`), pairs before single characters among equal counts, then in reading order; then
+    the next rarest while the passages of all kept grams add up to at most `budget` (each held by fewer than
+    TERM_COUNT_CAP passages); listed in reading order. A gram no passage holds is left out: it matches nothing
+    (when none is held, the first `max_terms` grams, which match nothing, so that the query still has its list of
+    character matches).
 
     Raises:
         whatever `count` raises (the store's QueryError, StoreError).
@@ -90,17 +96,25 @@ def rarest_grams(found: list[str], count: TermCounts, max_terms: int) -> list[st
     held = [t for t in terms if counts.get(t, 0) > 0]
     if not held:
         return found[: max(1, max_terms)]
-    kept = set(sorted(held, key=lambda t: (counts[t], -len(t), order[t]))[: max(1, max_terms)])
+    ranked = sorted(held, key=lambda t: (counts[t], -len(t), order[t]))
+    kept = set(ranked[: max(1, max_terms)])
+    spent = sum(counts[t] for t in kept)
+    for t in ranked[max(1, max_terms):]:
+        if counts[t] >= TERM_COUNT_CAP or spent + counts[t] > budget:
+            break
+        kept.add(t)
+        spent += counts[t]
     return [t for t in terms if t in kept]
 
 
-def cjk_match_expression(query: str, count: TermCounts | None = None, max_terms: int = MAX_MATCH_TERMS) -> str | None:
+def cjk_match_expression(query: str, count: TermCounts | None = None, max_terms: int = MAX_MATCH_TERMS,
+                         budget: int = MATCH_BUDGET) -> str | None:
     """An FTS5 MATCH expression (quoted grams joined with OR) for the CJK part of a query, or None without one.
     The query comes as the Searcher searches it (`retrieval.lexical.searchable_query`: NFC, as the index).
 
     With `count` (how many passages hold each gram, `Store.cjk_term_counts`) and a query of more than `max_terms`
-    grams, only the rarest `max_terms` are matched (`rarest_grams`): the cost of the search is bounded whatever
-    the query's length. Without `count`, or with `max_terms` 0, every gram is (up to MAX_QUERY_GRAMS), as before
+    grams, only the rarest `max_terms` are matched, and more of the rarest while the passages they hold add up to
+    at most `budget` (`rarest_grams`): the cost of the search is bounded whatever the query's length. Without `count`, or with `max_terms` 0, every gram is (up to MAX_QUERY_GRAMS), as before
     issue 33.
 
     Raises:
@@ -108,7 +122,7 @@ def cjk_match_expression(query: str, count: TermCounts | None = None, max_terms:
     """
     found = query_grams(query)
     if count is not None and 0 < max_terms < len(found):
-        found = rarest_grams(found, count, max_terms)
+        found = rarest_grams(found, count, max_terms, budget)
     if not found:
         return None
     return " OR ".join(f'"{g}"' for g in found)

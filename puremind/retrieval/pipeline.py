@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
-from puremind.cjk import MAX_MATCH_TERMS, cjk_match_expression, cjk_runs
+from puremind.cjk import MATCH_BUDGET, MAX_MATCH_TERMS, cjk_match_expression, cjk_runs
 from puremind.config import DEFAULT_FUSION_DEPTH, DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
@@ -90,6 +90,9 @@ class RetrievalParams:
     #: a query of more character grams than this (unspaced scripts) is matched by this many, those the fewest
     #: passages hold (puremind.cjk.rarest_grams; 0 = every gram, as before issue 33)
     cjk_terms: int = MAX_MATCH_TERMS
+    #: and more of the rarest grams while the passages they hold add up to at most this (puremind.cjk.MATCH_BUDGET;
+    #: 0 = the `cjk_terms` rarest only)
+    cjk_budget: int = MATCH_BUDGET
     dense_weight: float = 1.0
     #: the list of passages that hold every word of the query (a query of two words or more)
     all_words_weight: float = 1.5
@@ -572,7 +575,7 @@ class Searcher:
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
         with store.snapshot():
             # A long query's rarest grams only (counting them costs a bounded read of each gram's list).
-            cjk = cjk_match_expression(query, store.cjk_term_counts, p.cjk_terms)
+            cjk = cjk_match_expression(query, store.cjk_term_counts, p.cjk_terms, p.cjk_budget)
             # One past the limit, to see whether the cut goes through a run of equal scores (`before_cut_tie`).
             found = [store.search_lexical(match, cand + 1),
                      store.search_lexical(every, cand + 1) if every is not None else [],
