@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from puremind.cjk import MAX_MATCH_TERMS, as_indexed, cjk_match_expression, query_grams, rarest_grams
+from puremind.cjk import MAX_MATCH_TERMS, TERM_COUNT_CAP, as_indexed, cjk_match_expression, query_grams, rarest_grams
 from puremind.models.lazy import Models
 from puremind.retrieval.pipeline import RetrievalParams, Searcher
 from puremind.store import ChunkRow, Store
@@ -38,11 +38,24 @@ def thai_store(tmp_path: Path):
 
 
 def test_a_long_thai_or_chinese_query_matches_at_most_the_bound_of_grams():
-    counts = lambda grams: {g: 1 for g in grams}  # noqa: E731
+    rare = lambda grams: {g: 1 for g in grams}  # noqa: E731
+    common = lambda grams: {g: TERM_COUNT_CAP for g in grams}  # noqa: E731  (as in a large vault)
     for query in (LONG_THAI, LONG_CHINESE, LONG_CHINESE * 3):
         assert len(query_grams(query)) > MAX_MATCH_TERMS
-        assert len(terms(cjk_match_expression(query, counts))) <= MAX_MATCH_TERMS
-        assert len(terms(cjk_match_expression(query, counts, 8))) <= 8
+        assert len(terms(cjk_match_expression(query, common))) <= MAX_MATCH_TERMS  # the budget adds none
+        assert len(terms(cjk_match_expression(query, rare, 8, 0))) <= 8
+        # rare grams, as in a small vault: the budget keeps every one of them (their passages add up to little)
+        assert len(terms(cjk_match_expression(query, rare))) == len({as_indexed(g) for g in query_grams(query)} - {""})
+
+
+def test_beyond_the_bound_the_next_rarest_grams_are_kept_while_their_passages_fit_the_budget():
+    found = ["a", "b", "c", "d", "e", "f"]
+    counts = {"a": 5, "b": 1, "c": 300, "d": 200, "e": TERM_COUNT_CAP, "f": 100}
+    assert rarest_grams(found, lambda grams: counts, 2) == ["a", "b"]  # no budget: the bound alone
+    assert rarest_grams(found, lambda grams: counts, 2, 305) == ["a", "b", "f"]  # 6 + 100 fits, 106 + 200 not
+    assert rarest_grams(found, lambda grams: counts, 2, 306) == ["a", "b", "d", "f"]  # in reading order
+    assert rarest_grams(found, lambda grams: counts, 2, 10_000) == ["a", "b", "c", "d", "f"]  # never a capped gram
+    assert rarest_grams(found, lambda grams: {"a": 900, "b": 900}, 2, 1000) == ["a", "b"]  # the bound's grams always
 
 
 def test_the_rarest_grams_are_kept_pairs_before_single_characters_among_equal_counts():
@@ -78,7 +91,7 @@ def test_a_long_thai_query_searches_the_pair_index_with_its_rarest_grams_and_fin
     search_cjk = Store.search_cjk
     monkeypatch.setattr(Store, "search_cjk",
                         lambda self, match, limit: seen.append(match) or search_cjk(self, match, limit))
-    params = RetrievalParams(rerank=False, cjk_terms=8)
+    params = RetrievalParams(rerank=False, cjk_terms=8, cjk_budget=0)
     hits = Searcher(thai_store, Models(None, None), params).search(LONG_THAI, 5).hits
     assert len(terms(seen[-1])) <= 8
     assert "สถ" in terms(seen[-1])  # held by one note only
