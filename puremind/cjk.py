@@ -8,7 +8,8 @@ The names keep "cjk" (the index column, the list) from when these were the only 
 
 A long query holds many grams, and in Thai most of them are in almost every note: matching them all made one
 search of 10,000 notes take seconds (issue 33). Past `MAX_MATCH_TERMS` grams, only the rarest are matched, judged
-by how many passages hold each one (`rarest_grams`); the common ones add next to nothing to BM25 anyway.
+by how many passages hold each one (`rarest_grams`), and the next rarest while their passages fit `MATCH_BUDGET`
+(so a small vault keeps them all); the common ones add next to nothing to BM25 anyway.
 """
 
 from __future__ import annotations
@@ -114,8 +115,8 @@ def cjk_match_expression(query: str, count: TermCounts | None = None, max_terms:
 
     With `count` (how many passages hold each gram, `Store.cjk_term_counts`) and a query of more than `max_terms`
     grams, only the rarest `max_terms` are matched, and more of the rarest while the passages they hold add up to
-    at most `budget` (`rarest_grams`): the cost of the search is bounded whatever the query's length. Without `count`, or with `max_terms` 0, every gram is (up to MAX_QUERY_GRAMS), as before
-    issue 33.
+    at most `budget` (`rarest_grams`): the cost of the search is bounded whatever the query's length. Without
+    `count`, or with `max_terms` 0, every gram is (up to MAX_QUERY_GRAMS), as before issue 33.
 
     Raises:
         whatever `count` raises.
