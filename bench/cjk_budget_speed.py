@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.cjk_terms import build, every_kth, generated_notes, long_query, pct, proper_pages, tldr_pages  # noqa: E402
+from bench.cjk_terms import pct, speed_vaults  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,28 +39,22 @@ def main(argv: list[str] | None = None) -> int:
 
     budgets = list(dict.fromkeys([0, *args.budgets]))
     print("| script | notes | budget | p50 (ms) | p95 (ms) | p95 / budget 0 |\n|---|---|---|---|---|---|")
-    for lang in args.langs:
-        pages = tldr_pages(args.archive, lang)
-        queries = [long_query(t, args.chars) for _, t in every_kth(proper_pages(pages), args.queries)]
-        for n in args.notes:
-            db = args.workdir / f"cjk-{lang}-{n}.sqlite"
-            if not db.exists():
-                args.workdir.mkdir(parents=True, exist_ok=True)
-                build(db, generated_notes(pages, n))
-            searchers = {b: Searcher(db, Models(None, None), RetrievalParams(rerank=False, cjk_budget=b)) for b in budgets}
-            times: dict[int, list[float]] = {b: [] for b in budgets}
-            for _ in range(args.rounds):
-                for query in queries:
-                    for b, searcher in searchers.items():
-                        started = time.perf_counter()
-                        searcher.search(query, 10)
-                        times[b].append((time.perf_counter() - started) * 1000)
-            for searcher in searchers.values():
-                searcher.close()
-            base = pct(times[0], 0.95)
-            for b in budgets:
-                print(f"| {lang} | {n:,} | {b} | {pct(times[b], 0.5):.1f} | {pct(times[b], 0.95):.1f} | "
-                      f"{pct(times[b], 0.95) / base:.2f} |", flush=True)
+    for lang, n, db, queries in speed_vaults(args.archive, args.langs, args.notes, args.queries, args.chars,
+                                             args.workdir):
+        searchers = {b: Searcher(db, Models(None, None), RetrievalParams(rerank=False, cjk_budget=b)) for b in budgets}
+        times: dict[int, list[float]] = {b: [] for b in budgets}
+        for _ in range(args.rounds):
+            for query in queries:
+                for b, searcher in searchers.items():
+                    started = time.perf_counter()
+                    searcher.search(query, 10)
+                    times[b].append((time.perf_counter() - started) * 1000)
+        for searcher in searchers.values():
+            searcher.close()
+        base = pct(times[0], 0.95)
+        for b in budgets:
+            print(f"| {lang} | {n:,} | {b} | {pct(times[b], 0.5):.1f} | {pct(times[b], 0.95):.1f} | "
+                  f"{pct(times[b], 0.95) / base:.2f} |", flush=True)
     return 0
 
 

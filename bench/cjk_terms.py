@@ -120,6 +120,21 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def speed_vaults(archive: Path, langs: list[str], notes: list[int], n_queries: int, chars: int, workdir: Path):
+    """(language, notes, index, 60-character questions) for each generated vault of the speed table, the index
+    built in `workdir` when it is not there yet."""
+    for lang in langs:
+        pages = tldr_pages(archive, lang)
+        queries = [long_query(t, chars) for _, t in every_kth(proper_pages(pages), n_queries)]
+        for n in notes:
+            db = workdir / f"cjk-{lang}-{n}.sqlite"
+            if not db.exists():
+                workdir.mkdir(parents=True, exist_ok=True)
+                print(f"{lang} {n}: building {db} ...", file=sys.stderr, flush=True)
+                build(db, generated_notes(pages, n))
+            yield lang, n, db, queries
+
+
 def timings(db: Path, params, queries: list[str], rounds: int = 3) -> list[float]:
     from puremind.models.lazy import Models
     from puremind.retrieval.pipeline import Searcher
@@ -267,20 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
 
     speed = []
-    for lang in args.langs:
-        pages = tldr_pages(args.archive, lang)
-        queries = [long_query(t, args.query_chars) for _, t in every_kth(proper_pages(pages), args.queries)]
-        for n in args.notes:
-            db = args.workdir / f"cjk-{lang}-{n}.sqlite"
-            if not db.exists():
-                print(f"{lang} {n}: building {db} ...", file=sys.stderr, flush=True)
-                build(db, generated_notes(pages, n))
-            runs = {label: timings(db, params, queries) for label, params in configs.items()}
-            speed.append((lang, n, len(queries), runs))
-            b, a = runs["before"], runs["after"]
-            print(f"{lang} {n}: before p50 {statistics.median(b) * 1000:.1f} ms p95 {pct(b, 0.95) * 1000:.1f} ms; "
-                  f"after p50 {statistics.median(a) * 1000:.1f} ms p95 {pct(a, 0.95) * 1000:.1f} ms",
-                  file=sys.stderr, flush=True)
+    for lang, n, db, queries in speed_vaults(args.archive, args.langs, args.notes, args.queries, args.query_chars,
+                                             args.workdir):
+        runs = {label: timings(db, params, queries) for label, params in configs.items()}
+        speed.append((lang, n, len(queries), runs))
+        b, a = runs["before"], runs["after"]
+        print(f"{lang} {n}: before p50 {statistics.median(b) * 1000:.1f} ms p95 {pct(b, 0.95) * 1000:.1f} ms; "
+              f"after p50 {statistics.median(a) * 1000:.1f} ms p95 {pct(a, 0.95) * 1000:.1f} ms",
+              file=sys.stderr, flush=True)
 
     quality = []
     for lang in args.quality_langs:
