@@ -86,6 +86,16 @@ def pages_by_description(vault: Path) -> dict[str, set[str]]:
     return out
 
 
+def pages_by_name(vault: Path) -> dict[str, set[str]]:
+    """Every page name of the vault (the file name without `.md`) -> the pages of that name (one per platform
+    folder: common/tar.md, linux/tar.md)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for page in vault.rglob("*.md"):
+        rel = page.relative_to(vault).as_posix()
+        out[rel.rsplit("/", 1)[-1][:-3]].add(rel)
+    return out
+
+
 def fragment(description: str) -> str:
     """The middle half of the description's longest whitespace-separated run ('' when that run is under 8
     characters)."""
@@ -172,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             store.close()
             seconds = time.monotonic() - started
             sample = fragment_queries(vault, args.queries) if args.fragments else queries_for(vault, args.queries)
-            by_name = defaultdict(set)
-            for rel in (q.relative_to(vault).as_posix() for q in vault.rglob("*.md")):
-                by_name[rel.rsplit("/", 1)[-1][:-3]].add(rel)
+            by_name = pages_by_name(vault)
             # A description that several pages share counts a hit on any of them (fragments are unique already).
             by_desc = {} if args.fragments else pages_by_description(vault)
             shared = sum(len(by_desc.get(desc, ())) > 1 for _, _, desc in sample if desc)

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.titles import extract, mrr, pages_by_description, queries_for  # noqa: E402
+from bench.titles import extract, mrr, pages_by_description, pages_by_name, queries_for  # noqa: E402
 
 SECTION = "tldr-descriptions"
 KEYWORD = "keyword (--lexical-only)"
@@ -113,22 +113,20 @@ def main(argv: list[str] | None = None) -> int:
             index_vault(store, vault, embedder=embedder)
             store.close()
             index_s = time.monotonic() - started
-            sample = [(rel, desc) for rel, _, desc in queries_for(vault, args.queries) if desc]
+            sample = [(rel, name, desc) for rel, name, desc in queries_for(vault, args.queries) if desc]
             by_desc = pages_by_description(vault)
-            shared = sum(len(by_desc.get(desc, ())) > 1 for _, desc in sample)
-            searchers = {KEYWORD: (Searcher(settings.db, Models.given(embedder), RetrievalParams(rerank=False)), True),
-                         HYBRID: (Searcher(settings.db, Models.given(embedder), RetrievalParams(rerank=False)), False)}
+            by_name = pages_by_name(vault)
+            shared = sum(len(by_desc.get(desc, ())) > 1 for _, _, desc in sample)
+            # keyword search is the hybrid searcher asked with lexical_only
+            hybrid = Searcher(settings.db, Models.given(embedder), RetrievalParams(rerank=False))
+            searchers = {KEYWORD: (hybrid, True), HYBRID: (hybrid, False)}
             if trial:
                 searchers[trial_label] = (Searcher(settings.db, Models.given(embedder),
                                                    dataclasses.replace(RetrievalParams(rerank=False), **trial)), False)
             scores = dict.fromkeys(searchers, 0.0)
             hits1 = dict.fromkeys(searchers, 0.0)
-            by_name: dict[str, set[str]] = {}
-            for path in sorted(str(q.relative_to(vault)) for q in vault.rglob("*.md")):
-                by_name.setdefault(path.rsplit("/", 1)[-1][:-3], set()).add(path)
-            for rel, desc in sample:
+            for rel, name, desc in sample:
                 relevant = by_desc.get(desc) or {rel}
-                name = rel.rsplit("/", 1)[-1][:-3]
                 record = {"lang": lang, "page": rel, "query": desc, "relevant": sorted(relevant)}
                 for config, (searcher, lexical) in searchers.items():
                     ranked = [h.path for h in searcher.search(desc, 10, lexical_only=lexical).hits]
@@ -142,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                         hits1[config] += float(bool(named) and named[0] in by_name[name])
                         record[config]["name_top3"] = named[:3]
                 records.append(record)
-            for searcher, _ in searchers.values():
-                searcher.close()
+            hybrid.close()
+            if trial:
+                searchers[trial_label][0].close()
         n = max(len(sample), 1)
         kw, hy = scores[KEYWORD] / n, scores[HYBRID] / n
         extra = {"trial": scores[trial_label] / n if trial else None,
