@@ -297,7 +297,7 @@ def export_models(
         raise ConfigError(f"--only must be 'embedder' or 'reranker', not {only!r}")
     settings = _settings()
     roles = (only,) if only else ("embedder", "reranker")
-    if (only == "embedder" and not settings.semantic) or (only == "reranker" and not settings.has_reranker):
+    if only is not None and not settings.configures(only):
         raise ConfigError(f'no {only} is configured ([models] {only} = "none"): nothing to export')
     rows = export_configured(settings, variants=variant or None, coreml=coreml, roles=roles, force=force, progress=_notice)
     for model, name, folder in rows:

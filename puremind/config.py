@@ -142,6 +142,10 @@ class Settings:
         """False when the user configured no reranker (`reranker = "none"`) or turned semantic search off."""
         return self.semantic and self.reranker.lower() != NO_RERANKER
 
+    def configures(self, role: str) -> bool:
+        """Whether a model is configured for `role` ("embedder" or "reranker"): False for one set to "none"."""
+        return self.semantic if role == "embedder" else self.has_reranker
+
     def require_vault(self) -> Path:
         """The vault directory. Raises ConfigError when none is set."""
         if self.vault is None:

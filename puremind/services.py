@@ -220,8 +220,8 @@ def build_models(settings: Settings, *, progress: Notice | None = None, indexing
     `indexing` (the `index` and `watch` commands), the models run on `indexing_threads` threads.
 
     `embedder = "none"` is keyword search with no model: then no embedder and no reranker are configured;
-    `reranker = "none"` configures no reranker. An
-    ONNX variant that is not exported yet is exported on first use when the [export] extra is installed.
+    `reranker = "none"` configures no reranker. An ONNX variant that is not exported yet is exported on first use
+    when the [export] extra is installed.
     """
     if not settings.semantic:
         return Models(None, None, progress=progress)
@@ -311,7 +311,7 @@ def export_models(
         coreml = platform.system() == "Darwin" and platform.machine() == "arm64"
     done: list[tuple[str, str, Path]] = []
     for role in roles:
-        if (role == "embedder" and not settings.semantic) or (role == "reranker" and not settings.has_reranker):
+        if not settings.configures(role):
             continue
         resolved = resolve(model_choice(settings, role), progress=progress)
         source = source_of(resolved, progress=progress)
