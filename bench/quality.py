@@ -537,7 +537,8 @@ def _artefact_method(embedder: Any) -> str | None:
 class CachedEmbedder:
     """An Embedder that asks the real one only for texts the memo lacks (same fingerprint and precision, same
     vectors). The fingerprint leaves the precision out (an index's vectors may mix fp32 and int8), so the memo
-    key adds it: without it, the int8 rows would read the fp32 vectors."""
+    key adds it: without it, the int8 rows would read the fp32 vectors. It adds the int8 method, and one text per
+    call (an int8 vector embedded in a batch depends on its batch mates, puremind.models.loader.ONNX_BATCH)."""
 
     def __init__(self, inner: Any, cache: EmbedCache):
         self.inner = inner
@@ -547,6 +548,8 @@ class CachedEmbedder:
         method = _artefact_method(inner)
         if method and method != "dynamic-per-channel":  # the memo's older int8 rows are per-channel
             self._memo_key += f"|method={method}"
+        if getattr(inner, "batch_size", None) == 1:  # the memo's older int8 rows were embedded in batches
+            self._memo_key += "|one-per-call"
         self.dim = inner.dim
         self.languages = tuple(getattr(inner, "languages", ()) or ())  # the Searcher reads it
         self.computed = 0

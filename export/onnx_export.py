@@ -307,17 +307,16 @@ def run_variant_probe(spec: Any, variant: str, folder: Path, meta: dict) -> dict
     Raises:
         ModelError: the variant cannot be run.
     """
+    from puremind.models.loader import onnx_batch_size
     from puremind.models.onnx_backend import OnnxEmbedder, OnnxReranker
     from puremind.models.providers import CPU
 
     if spec.role == "embedder":
         model: Any = OnnxEmbedder(folder, providers=[CPU], max_tokens=PROBE_MAX_TOKENS, fingerprint="probe",
-                                  meta=meta)
+                                  meta=meta, batch_size=onnx_batch_size(variant))
     else:
-        from puremind.models.loader import rerank_batch_size
-
         capped = {**meta, "max_tokens": min(int(meta["max_tokens"]), PROBE_MAX_TOKENS)}
-        model = OnnxReranker(folder, providers=[CPU], meta=capped, batch_size=rerank_batch_size(variant))
+        model = OnnxReranker(folder, providers=[CPU], meta=capped, batch_size=onnx_batch_size(variant))
     try:
         holder: dict = {}
         _guard(spec, variant, lambda: holder.update(fidelity.run_probe(model, spec.role)))

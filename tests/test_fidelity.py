@@ -48,14 +48,14 @@ def test_the_probe_set_ships_with_the_package():
 # -- figures ------------------------------------------------------------------------------------------
 
 
-def _reference(seed: int = 0, n: int = 30, m: int = 12, dim: int = 16) -> dict[str, np.ndarray]:
+def _reference(seed: int = 0, n: int = 30, m: int = 24, dim: int = 16) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     p = rng.normal(size=(n, dim))
     q = p[:m] + 0.3 * rng.normal(size=(m, dim))  # query i is answered by passage i
     return {"passages": p.astype(np.float32), "queries": q.astype(np.float32)}
 
 
-ANSWERS = tuple((i,) for i in range(12))
+ANSWERS = tuple((i,) for i in range(24))
 
 
 def test_a_variant_identical_to_the_reference_scores_full_marks():
@@ -63,14 +63,15 @@ def test_a_variant_identical_to_the_reference_scores_full_marks():
     figures = fidelity.compare_embeddings(ref, ref, ANSWERS)
     assert figures["min_cosine"] == pytest.approx(1.0) and figures["mean_cosine"] == pytest.approx(1.0)
     assert figures["top5_overlap"] == 1.0 and figures["answer_rank_kept"] == 1.0
-    assert figures["answered"] == 12
+    assert figures["answered"] == 24
     assert fidelity.shortfalls(figures, fidelity.EMBEDDER_THRESHOLDS) == []
 
 
 def test_with_too_few_answered_queries_the_answer_rank_is_not_judged():
-    ref = _reference(m=4)
-    figures = fidelity.compare_embeddings(ref, ref, ANSWERS[:4])
-    assert figures["answered"] == 4 and figures["answer_rank_kept"] is None
+    few = fidelity.MIN_ANSWERED - 1
+    ref = _reference(m=few)
+    figures = fidelity.compare_embeddings(ref, ref, ANSWERS[:few])
+    assert figures["answered"] == few and figures["answer_rank_kept"] is None
     assert fidelity.shortfalls(figures, fidelity.EMBEDDER_THRESHOLDS) == []
 
 

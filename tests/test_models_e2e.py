@@ -10,6 +10,7 @@ import socket
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import meta, write
@@ -307,6 +308,27 @@ def test_an_int8_reranker_scores_a_pair_the_same_whatever_it_is_batched_with(env
     alone = [float(reranker.score(query, [t])[0]) for t in texts]
     probe = [float(s) for s in reranker.score(query, texts[:4])] + [float(s) for s in reranker.score(query, texts[4:])]
     assert together == alone == probe
+
+
+def test_an_int8_embedder_gives_a_text_the_same_vector_whatever_it_is_batched_with(env, monkeypatch):
+    """The same for the embedder: in a batch an int8 text's vector would move with its batch mates (the indexer
+    sizes its calls by time), so one vault indexed twice, or a note re-embedded alone, would get other vectors.
+    The loaded int8 embedder embeds one text per call: the same bits in one call, one per call, or 3 then the
+    rest; a float variant batches (its vectors do not depend on their batch mates)."""
+    from puremind.config import load_settings
+    from puremind.services import build_models
+
+    monkeypatch.setenv("PUREMIND_VARIANT", "int8")
+    embedder = build_models(load_settings()).embedder()
+    texts = [f"note {i}: " + " ".join(["deploy", "rollback", "espresso", "grinder", "kettle", "tag"][(i + j) % 6]
+                                      for j in range(3 + 5 * i)) for i in range(12)]
+    together = embedder.embed(texts)
+    alone = np.concatenate([embedder.embed([t]) for t in texts])
+    split = np.concatenate([embedder.embed(texts[:3]), embedder.embed(texts[3:])])
+    assert np.array_equal(together, alone) and np.array_equal(together, split)
+    assert embedder.batch_size == 1
+    monkeypatch.setenv("PUREMIND_VARIANT", "fp32")
+    assert build_models(load_settings()).embedder().batch_size == 16
 
 
 def test_a_reranker_is_known_in_the_score_cache_by_model_revision_precision_and_characters_read(env, monkeypatch):

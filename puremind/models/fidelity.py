@@ -172,8 +172,10 @@ def row_cosines(reference: np.ndarray, variant: np.ndarray) -> np.ndarray:
 TIE = 0.005
 
 
-#: queries whose known answer the reference ranks first, below which "answer_rank_kept" is not judged
-MIN_ANSWERED = 10
+#: queries whose known answer the reference ranks first, below which "answer_rank_kept" is not judged: trained
+#: models answer 29 (all-MiniLM-L6-v2) and 43 (multilingual-e5-small) of the probe's 47; a random stand-in answers
+#: about 10 by chance, and its int8 variant kept 9 or 8 of them depending on how its texts were batched
+MIN_ANSWERED = 20
 
 
 def _clear_rank(scores: np.ndarray, item: int) -> int:

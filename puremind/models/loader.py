@@ -330,7 +330,7 @@ def _load_embedder(choice: ModelChoice, obtain: Obtain | None, progress: Progres
     providers = _providers(choice)
     variant, folder = ready_variant(choice, resolved, providers, obtain=obtain, progress=progress)
     model = OnnxEmbedder(folder, providers=providers, max_tokens=max_tokens, fingerprint=fp, languages=languages,
-                         precision=variant, threads=choice.threads)
+                         precision=variant, threads=choice.threads, batch_size=onnx_batch_size(variant))
     return _checked(model, choice, resolved, variant, folder, progress)
 
 
@@ -364,7 +364,7 @@ def _load_reranker(choice: ModelChoice, obtain: Obtain | None, progress: Progres
     variant, folder = ready_variant(choice, resolved, providers, obtain=obtain, progress=progress)
     model = OnnxReranker(folder, providers=providers, max_chars=choice.max_chars, languages=languages,
                          threads=choice.threads, fingerprint=reranker_fingerprint(resolved, choice, variant),
-                         batch_size=rerank_batch_size(variant))
+                         batch_size=onnx_batch_size(variant))
     return _checked(model, choice, resolved, variant, folder, progress)
 
 
@@ -384,15 +384,18 @@ def _checked(model, choice: ModelChoice, resolved: Resolved, variant: str, folde
     return model
 
 
-#: Pairs per call of an ONNX cross-encoder, by variant. int8 is dynamic quantisation: each weight matmul quantises
-#: its input with one scale for the whole batch, so in a batch a pair's score moves with its batch mates (up to
-#: 0.009 on the tiny stand-in), and a budget, which scores best first in batches sized by time, would not give
-#: exactly the scores of no budget, nor a cached score the one a new batch would give. One pair per call makes
-#: an int8 score a function of its (query, passage) alone, and costs nothing measurable here: the full-size int8
-#: stand-in scored 50 pairs of ~200 tokens in 17.05 s one by one against 17.71 s in batches of 16
-#: (bench/RESULTS.md, rerank-batching). Float variants batch: their scores do not depend on their batch mates.
-RERANK_BATCH = {"int8": 1}
+#: Texts (embedder) or pairs (cross-encoder) per call of an ONNX model, by variant. int8 is dynamic quantisation:
+#: each weight matmul quantises its input with one scale for the whole batch, padding included, so in a batch a
+#: text's vector or a pair's score moves with its batch mates. Passages of 40 tokens of multilingual-e5-small
+#: moved by up to 0.005 in cosine (as much as int8 itself costs against fp32): the same vault indexed twice, its
+#: calls sized by time, ranked near-ties differently (tldr-pages bs description MRR@10 0.957-0.966 over three
+#: runs), a note re-embedded alone got another vector than in a rebuild, and a reranking budget would not give
+#: exactly the scores of no budget. One text or pair per call makes an int8 output a function of its input alone.
+#: Cost (bench/RESULTS.md, sections rerank-batching and embed-batching): none for the full-size stand-ins and
+#: for passages of 200 tokens or more; short passages of a small model embed slower. Float variants batch: their
+#: outputs do not depend on their batch mates.
+ONNX_BATCH = {"int8": 1}
 
 
-def rerank_batch_size(variant: str) -> int:
-    return RERANK_BATCH.get(variant, 16)
+def onnx_batch_size(variant: str) -> int:
+    return ONNX_BATCH.get(variant, 16)
