@@ -22,9 +22,7 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,9 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.index_speed import write_section  # noqa: E402
 from bench.models_speed import passages_of_tokens  # noqa: E402
 from bench.ort_optimize import log  # noqa: E402
+from bench.rerank_batching import fresh_worker, publish  # noqa: E402
 
 SECTION = "embed-batching"
 ROWS = (("int8", 16), ("int8", 1), ("fp32", 16), ("fp32", 1))
@@ -68,13 +66,9 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_worker(args: argparse.Namespace, folder: Path, batch: int, tokens: int) -> dict:
-    cmd = [sys.executable, __file__, "--threads", str(args.threads), "--passages", str(args.passages),
-           "--runs", str(args.runs), "--worker", str(folder), str(batch), str(tokens)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"worker failed ({folder}, batch {batch}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return fresh_worker(__file__, ["--threads", str(args.threads), "--passages", str(args.passages), "--runs",
+                                   str(args.runs), "--worker", str(folder), str(batch), str(tokens)], args.threads,
+                        f"{folder}, batch {batch}")
 
 
 def main() -> None:
@@ -116,11 +110,7 @@ def main() -> None:
               "| model | tokens | variant | batch size | passages/s | vs batch 16 | max 1-cos vs one per call | "
               "max 1-cos vs 3-then-rest | min cos to fp32 | mean cos to fp32 |\n"
               "|---|---|---|---|---|---|---|---|---|---|")
-    body = header + "\n" + "\n".join(rows)
-    print(body)
-    if args.write_results:
-        command = "python bench/embed_batching.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        write_section(SECTION, command, body)
+    publish(header + "\n" + "\n".join(rows), SECTION, args.write_results)
 
 
 if __name__ == "__main__":

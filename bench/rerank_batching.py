@@ -68,15 +68,27 @@ def worker(args: argparse.Namespace) -> None:
     }))
 
 
-def run_worker(args: argparse.Namespace, folder: Path, batch: int) -> dict:
-    cmd = [sys.executable, __file__, str(args.workdir), "--threads", str(args.threads), "--candidates",
-           str(args.candidates), "--tokens", str(args.tokens), "--runs", str(args.runs),
-           "--worker", str(folder), str(batch)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+def fresh_worker(script: str, argv: list[str], threads: int, what: str) -> dict:
+    """`script` run with `argv` in a fresh process (`threads` OpenMP threads): its last line of stdout, as JSON."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True, env=env, check=False)
     if out.returncode != 0:
-        raise SystemExit(f"worker failed ({folder}, batch {batch}):\n{out.stderr[-3000:]}")
+        raise SystemExit(f"worker failed ({what}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def publish(body: str, section: str, write: bool) -> None:
+    """Print a bench's table; with `write`, also into its section of bench/RESULTS.md with the command run."""
+    print(body)
+    if write:
+        script = Path(sys.argv[0]).name
+        write_section(section, f"python bench/{script} " + " ".join(shlex.quote(a) for a in sys.argv[1:]), body)
+
+
+def run_worker(args: argparse.Namespace, folder: Path, batch: int) -> dict:
+    return fresh_worker(__file__, [str(args.workdir), "--threads", str(args.threads), "--candidates",
+                                   str(args.candidates), "--tokens", str(args.tokens), "--runs", str(args.runs),
+                                   "--worker", str(folder), str(batch)], args.threads, f"{folder}, batch {batch}")
 
 
 def main() -> None:
@@ -116,11 +128,7 @@ def main() -> None:
               "| variant | batch size | seconds for all | pairs/s | vs batch 16 (wall) | vs batch 16 (CPU) | "
               "max Δp vs one call per pair | max Δp vs probe-then-rest | same order as probe-then-rest | "
               "max Δp vs fp32 batch 16 |\n|---|---|---|---|---|---|---|---|---|---|")
-    body = header + "\n" + "\n".join(rows)
-    print(body)
-    if args.write_results:
-        command = "python bench/rerank_batching.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        write_section(SECTION, command, body)
+    publish(header + "\n" + "\n".join(rows), SECTION, args.write_results)
 
 
 if __name__ == "__main__":
