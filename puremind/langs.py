@@ -179,6 +179,16 @@ def readable_words(languages: Iterable[str], query: str) -> tuple[str, str | Non
     return " ".join(words), script
 
 
+def minority_words(query: str) -> str:
+    """For a query that mixes scripts: the words of `query`, split at spaces, whose letters are all outside the
+    script most of its letters are in ("VPN" of a Korean question), joined by spaces; "" for a query of one script."""
+    counts = script_counts(query)
+    if len(counts) < 2:
+        return ""
+    main = counts.most_common(1)[0][0]
+    return " ".join(w for w in query.split() if (scripts := script_counts(w)) and main not in scripts)
+
+
 #: How sure the language identifier must be before a model is left out of a query for its language.
 LANGUAGE_CONFIDENCE = 0.9
 _NAMES = {"en": "English", "de": "German", "es": "Spanish", "fr": "French", "it": "Italian", "pt": "Portuguese",

@@ -178,6 +178,52 @@ def test_the_pair_list_weighs_less_only_where_the_embedder_reads_its_script(inde
     assert weights[:2] == [1.0, pair_weight], weights
 
 
+def test_minority_words_are_the_words_outside_the_main_script():
+    from puremind.langs import minority_words
+
+    assert minority_words("화상회의가 사내망 안 거치는 이유 VPN") == "VPN"
+    assert minority_words("Orchard VPN split 터널링") == "터널링"
+    assert minority_words("이 명령은 `chromium`의 별칭입니다.") == ""  # the English word is glued to Hangul
+    assert minority_words("grinder espresso 2024") == "" == minority_words("¿Cómo se configura el molinillo?")
+
+
+@pytest.mark.parametrize(("languages", "query", "embedded"), [
+    # read whole: the words outside the main script are embedded alone too, a second dense list
+    (("multilingual",), "서울역 근처 호텔 VPN", ["서울역 근처 호텔 VPN", "VPN"]),
+    # the main script is the one most letters are in: 8 Latin letters to 7 Hangul syllables
+    (("multilingual",), "서울역 근처 호텔 espresso", ["서울역 근처 호텔 espresso", "서울역 근처 호텔"]),
+    (("multilingual",), "grinder espresso 호텔", ["grinder espresso 호텔", "호텔"]),
+    (("multilingual",), "grinder espresso", ["grinder espresso"]),  # one script
+    (("multilingual",), "서울역 근처 호텔 a", ["서울역 근처 호텔 a"]),  # one letter is no word to embed
+    (("en",), "grinder espresso 호텔", ["grinder espresso 호텔"]),  # the model does not read the Hangul word
+    (("en",), "서울역 근처 호텔 espresso", ["espresso"]),  # left out: it embeds the words it reads instead
+])
+def test_a_mixed_script_query_read_whole_embeds_its_other_script_words_alone_too(indexed, fake_embedder, monkeypatch,
+                                                                                  languages, query, embedded):
+    from conftest import searcher_with
+
+    from puremind.retrieval import dense
+
+    asked: list[int] = []
+    real = dense.DenseIndex.search
+
+    def spy(self, query, top):
+        found = real(self, query, top)
+        asked.append(len(found))
+        return found
+
+    monkeypatch.setattr(dense.DenseIndex, "search", spy)
+    fake_embedder.languages = languages
+    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
+    before = len(fake_embedder.embedded)
+    try:
+        s.search(query, 5)
+    finally:
+        s.close()
+    assert fake_embedder.embedded[before:] == embedded
+    assert len(asked) == len(embedded) and all(asked)  # one dense list per text embedded
+
+
 @pytest.mark.parametrize(("query", "language"), [
     ("Quiero saber cómo se configura el molinillo para hacer un buen café", "Spanish (es)"),
     ("Wie stelle ich die Mühle für einen Espresso richtig ein?", "German (de)"),

@@ -25,7 +25,7 @@ from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
 from puremind.messages import one_line
 from puremind.messages import quiet as _quiet
-from puremind.langs import readable_words, unread_language, unread_script
+from puremind.langs import minority_words, readable_words, unread_language, unread_script
 from puremind.retrieval.dense import DenseIndex
 from puremind.retrieval.excerpt import best_excerpt
 from puremind.retrieval.fusion import Ranked, before_cut_tie, fuse_at_depth, shared_ranks
@@ -107,6 +107,9 @@ class RetrievalParams:
     #: a query the embedder is left out of that mixes scripts: embed its words in the scripts the embedder reads
     #: (`Searcher._readable_part`)
     readable_part: bool = True
+    #: a query mixing scripts that the embedder reads whole: its words outside the query's main script ("VPN" of a
+    #: Korean question) embedded alone as a second dense list of this weight (0 = off; a trial)
+    mixed_part_weight: float = 0.5
     #: a title or alias that is the query's words in the query's order (emoji, accents, case and separators
     #: aside: "Launch plan" for "🚀 Launch plan") counts as exactly the query, as the exact title does
     title_words_exact: bool = True
@@ -492,7 +495,11 @@ class Searcher:
             # The character pairs are a second voice only where the embedder read the whole query, their script too.
             pairs_read = bool(reads and qvec is not None
                               and unread_script(_languages(embedder), "".join(cjk_runs(query))) is None)
-            hits, fused, exact_leads = self._fuse(store, match, query, qvec, pairs_read=pairs_read)
+            part = minority_words(query) if reads and qvec is not None and self.params.mixed_part_weight > 0 else ""
+            pvec = (self._query_vectors.get(embedder, part)
+                    if sum(ch.isalpha() for ch in part) >= 2 and unread_script(_languages(embedder), part) is None
+                    else None)
+            hits, fused, exact_leads = self._fuse(store, match, query, qvec, pairs_read=pairs_read, pvec=pvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
             reranker = preload.result(notes) if preload is not None and hits else None
@@ -564,7 +571,7 @@ class Searcher:
     def _preload_reranker(self) -> "_Preload":
         return _Preload(self._reranker_or_none, self.models.loaded("reranker"))
 
-    def _fuse(self, store: Store, match: str, query: str, qvec, *, pairs_read: bool = False
+    def _fuse(self, store: Store, match: str, query: str, qvec, *, pairs_read: bool = False, pvec=None
               ) -> tuple[list[Hit], dict[int, float], bool]:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score, whether
         the first hit belongs to the one note titled or named exactly as the query: False when there is no such
@@ -597,6 +604,8 @@ class Searcher:
             if qvec is not None:
                 self._dense.refresh(store)
                 lists.append(Ranked([cid for cid, _ in self._dense.search(qvec, cand)], p.dense_weight))
+                if pvec is not None:
+                    lists.append(Ranked([cid for cid, _ in self._dense.search(pvec, cand)], p.mixed_part_weight))
             # Each passage's note: the fusion's depth counts notes, and the title lists show a note by a passage.
             note_of = store.chunk_files(list(dict.fromkeys(cid for r in lists for cid in r.ids)))
             exact_chunk = None
