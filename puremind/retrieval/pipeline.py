@@ -108,7 +108,8 @@ class RetrievalParams:
     #: (`Searcher._readable_part`)
     readable_part: bool = True
     #: a query mixing scripts that the embedder reads whole: its words outside the query's main script ("VPN" of a
-    #: Korean question) embedded alone as a second dense list of this weight (0 = off; a trial)
+    #: Korean question) embedded alone as a second dense list of this weight (0 = off): a small multilingual model
+    #: leans to notes in the question's language (bench/RESULTS.md, mixed-part)
     mixed_part_weight: float = 0.5
     #: a title or alias that is the query's words in the query's order (emoji, accents, case and separators
     #: aside: "Launch plan" for "🚀 Launch plan") counts as exactly the query, as the exact title does
@@ -576,7 +577,8 @@ class Searcher:
         """The fused top `candidates`, read in one snapshot: (hits in fused order, chunk id -> RRF score, whether
         the first hit belongs to the one note titled or named exactly as the query: False when there is no such
         note, or several). `pairs_read`: `qvec` embeds the whole query, and its embedder reads the script of the
-        query's character pairs (the pair list then weighs `cjk_weight_read`)."""
+        query's character pairs (the pair list then weighs `cjk_weight_read`). `pvec`: the query's words outside its
+        main script, embedded alone (a second dense list of weight `mixed_part_weight`), or None."""
         p = self.params
         cand = p.candidates
         every = fts_all_words_expression(query) if p.all_words_weight > 0 else None
