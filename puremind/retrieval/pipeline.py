@@ -187,6 +187,11 @@ def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[fl
              max((said(of[n]) for n in names if n), default=0.0)) for names in names_of]
 
 
+def _a_word(text: str) -> bool:
+    """Whether a part of a query is worth embedding alone: two letters or more."""
+    return sum(ch.isalpha() for ch in text) >= 2
+
+
 def _unnumbered(words: tuple[str, ...]) -> tuple[str, ...]:
     """A title's words without the numbers that lead them, as notes are numbered to sort ("01 Introduction",
     "11.01 Project brief", "2024-03-15 Standup"); a title of numbers only ("1.1.5") keeps them."""
@@ -493,13 +498,14 @@ class Searcher:
             qvec = self._query_vectors.get(embedder, text) if text else None
             if embedder is not None:
                 self._note_coverage(store, notes)
-            # The character pairs are a second voice only where the embedder read the whole query, their script too.
-            pairs_read = bool(reads and qvec is not None
-                              and unread_script(_languages(embedder), "".join(cjk_runs(query))) is None)
-            part = minority_words(query) if reads and qvec is not None and self.params.mixed_part_weight > 0 else ""
-            pvec = (self._query_vectors.get(embedder, part)
-                    if sum(ch.isalpha() for ch in part) >= 2 and unread_script(_languages(embedder), part) is None
-                    else None)
+            pairs_read, pvec = False, None
+            if reads and qvec is not None:  # the embedder read the whole query
+                languages = _languages(embedder)
+                # The character pairs are a second voice only where the embedder reads their script too.
+                pairs_read = unread_script(languages, "".join(cjk_runs(query))) is None
+                part = minority_words(query) if self.params.mixed_part_weight > 0 else ""
+                if _a_word(part) and unread_script(languages, part) is None:
+                    pvec = self._query_vectors.get(embedder, part)
             hits, fused, exact_leads = self._fuse(store, match, query, qvec, pairs_read=pairs_read, pvec=pvec)
             # `embedder = "none"` is keyword search with no model: the application layer then configures no
             # reranker either (one handed in is still used).
@@ -543,7 +549,7 @@ class Searcher:
             return ""
         languages = _languages(embedder)
         part, script = readable_words(languages, query)
-        if sum(ch.isalpha() for ch in part) < 2:
+        if not _a_word(part):
             return ""
         notes.append(f"semantic search read only {part!r} of this query: the model reads {', '.join(languages)}, "
                      f"and the rest of the query is in {script} script")
