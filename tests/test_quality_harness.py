@@ -407,3 +407,30 @@ def test_tldr_descriptions_that_several_pages_share_count_a_hit_on_any_of_them(t
     assert titles.mrr(["common/jo.md", "common/jco.md"], by_desc["This command is an alias of `autojump`."]) == 1.0
     assert [d for _, _, d in titles.queries_for(tmp_path, 3)] == [
         "This command is an alias of `autojump`.", "This command is an alias of `autojump`.", "Archiving utility."]
+
+
+def test_note_weight_bench_scores_keyword_search_at_each_weight(tmp_path):
+    import io
+    import tarfile
+
+    from bench import note_weight
+
+    pages = {"common/tar.md": "# tar\n\n> Archiving utility.\n\n- Create an archive:\n\n`tar cf out.tar files`\n",
+             "common/grep.md": "# grep\n\n> Find patterns in files using regular expressions.\n",
+             "common/ls.md": "# ls\n\n> List directory contents.\n",
+             "linux/free.md": "# free\n\n> Display amount of free and used memory in the system.\n"}
+    archive = tmp_path / "pages.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for rel, text in pages.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(f"pages/pages.xx/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "nw.json"
+    assert note_weight.main([str(archive), "--langs", "xx", "--weights", "0,2", "--json", str(out),
+                             "--workdir", str(tmp_path / "work")]) == 0
+    # every description is one page's own: keyword search finds each first, with or without whole-note evidence
+    assert json.loads(out.read_text()) == {"xx": {"0.0": 1.0, "2.0": 1.0}}
+    assert (tmp_path / "work" / "xx" / "index.sqlite").exists()
+    with pytest.raises(SystemExit):
+        note_weight.main([str(archive), "--weights", "a,b"])
