@@ -158,6 +158,15 @@ def test_the_pair_list_weighs_less_only_where_the_embedder_reads_its_script(inde
                                                                            languages, query, pair_weight):
     from conftest import searcher_with
 
+    fake_embedder.languages = languages
+    weights = _list_weights(monkeypatch, searcher_with(indexed, rerank=False, embedder=fake_embedder), query)
+    # keyword list 1.0, then the pair list, then (two words or more) the all-words list 1.5
+    assert weights[:2] == [1.0, pair_weight], weights
+
+
+def _list_weights(monkeypatch, searcher, query: str) -> list[float]:
+    """The weight of each keyword-side list (keyword, pairs, all words) the fusion got for `query`, in order;
+    closes `searcher`."""
     from puremind.retrieval import pipeline
 
     weights: list[float] = []
@@ -168,14 +177,50 @@ def test_the_pair_list_weighs_less_only_where_the_embedder_reads_its_script(inde
         return real(hits, weight)
 
     monkeypatch.setattr(pipeline, "_bm25_ranking", spy)
-    fake_embedder.languages = languages
-    s = searcher_with(indexed, rerank=False, embedder=fake_embedder)
     try:
-        s.search(query, 5)
+        searcher.search(query, 5)
     finally:
-        s.close()
-    # keyword list 1.0, then the pair list, then (two words or more) the all-words list 1.5
-    assert weights[:2] == [1.0, pair_weight], weights
+        searcher.close()
+    return weights
+
+
+def test_gram_coverage_is_the_best_share_of_the_query_grams_one_passage_holds():
+    import unicodedata
+
+    from puremind.retrieval.pipeline import _gram_coverage
+    from puremind.store import Hit
+
+    def hit(text):
+        return Hit(chunk_id=1, path="n.md", heading_path=(), start_line=1, end_line=1, score=1.0, text=text,
+                   excerpt=text)
+
+    # 서울역: grams 서 울 역 서울 울역 (5); "서울" holds 서 울 서울 (3 of 5)
+    assert _gram_coverage("서울역", [hit("서울 가는 길"), hit("전혀 다른 글")]) == pytest.approx(3 / 5)
+    assert _gram_coverage("서울역", [hit("전혀 다른 글"), hit("서울역 앞")]) == 1.0  # the best of the first 3
+    assert _gram_coverage("서울역", [hit("a"), hit("b"), hit("c"), hit("서울역")]) == 0.0  # the 4th is not read
+    # a note saved in NFD (decomposed Hangul, as macOS writes names) still holds the query's grams
+    assert _gram_coverage("서울역", [hit(unicodedata.normalize("NFD", "서울역 앞"))]) == 1.0
+    assert _gram_coverage("서울역", []) == 1.0 == _gram_coverage("espresso", [hit("espresso")])  # nothing to judge
+
+
+@pytest.mark.parametrize(("query", "power", "pair_weight"), [
+    ("서울역 근처 호텔", 2.0, 0.5),  # the note holds every gram of the question: the pairs keep their weight
+    ("서울역 근처 호텔", 0.0, 0.5),
+    # 역 근처에서 가까운 식당: 16 grams (characters and pairs), of which the note "서울역 근처 호텔에 묵었다" holds
+    # 역 근 처 에 서 근처 (6): 0.5 * (6/16)^2
+    ("역 근처에서 가까운 식당", 2.0, 0.5 * (6 / 16) ** 2),
+    ("역 근처에서 가까운 식당", 0.0, 0.5),  # off
+])
+def test_the_pair_list_weighs_what_its_best_passages_hold_of_the_question(indexed, fake_embedder, monkeypatch,
+                                                                          query, power, pair_weight):
+    from puremind.models.lazy import Models
+    from puremind.retrieval.pipeline import RetrievalParams, Searcher
+
+    fake_embedder.languages = ("multilingual",)
+    params = RetrievalParams(rerank=False, pair_coverage_power=power)
+    searcher = Searcher(indexed.db, Models.given(fake_embedder), params)
+    weights = _list_weights(monkeypatch, searcher, query)
+    assert weights[1] == pytest.approx(pair_weight), weights
 
 
 def test_minority_words_are_the_words_outside_the_main_script():

@@ -15,11 +15,12 @@ import os
 import re
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Callable
 
-from puremind.cjk import MATCH_BUDGET, MAX_MATCH_TERMS, cjk_match_expression, cjk_runs
+from puremind.cjk import MATCH_BUDGET, MAX_MATCH_TERMS, cjk_match_expression, cjk_runs, query_grams
 from puremind.config import DEFAULT_FUSION_DEPTH, DEFAULT_RERANK_BUDGET
 from puremind.errors import FingerprintMismatch
 from puremind.fingerprint import model_label
@@ -111,6 +112,11 @@ class RetrievalParams:
     #: Korean question) embedded alone as a second dense list of this weight (0 = off): a small multilingual model
     #: leans to notes in the question's language (bench/RESULTS.md, mixed-part)
     mixed_part_weight: float = 0.5
+    #: beside a dense list that reads the pairs' script (`cjk_weight_read`): the pair list's weight times the share
+    #: of the query's grams that the best of its first 3 passages holds, to this power (0 = off). A paraphrased
+    #: question shares only common pairs with any note, a quoted one all of its own (bench/RESULTS.md,
+    #: pair-coverage)
+    pair_coverage_power: float = 2.0
     #: a title or alias that is the query's words in the query's order (emoji, accents, case and separators
     #: aside: "Launch plan" for "🚀 Launch plan") counts as exactly the query, as the exact title does
     title_words_exact: bool = True
@@ -185,6 +191,16 @@ def _title_matches(query: str, names_of: list[tuple[str, ...]]) -> list[tuple[fl
     return [(max((len(wanted & set(of[n])) / len(wanted) for n in names if n), default=0.0),
              any(asked in (of[n], _unnumbered(of[n])) for n in names if n),
              max((said(of[n]) for n in names if n), default=0.0)) for names in names_of]
+
+
+def _gram_coverage(query: str, hits: list[Hit], top: int = 3) -> float:
+    """The largest share of the query's character grams (`query_grams`) that one of the first `top` passages holds
+    (its text in NFC, as the query is searched); 1.0 when there are no grams or no passages (nothing to judge)."""
+    wanted = set(query_grams(unicodedata.normalize("NFC", query)))
+    if not hits or not wanted:
+        return 1.0
+    texts = [unicodedata.normalize("NFC", h.text) for h in hits[:top]]
+    return max(sum(g in text for g in wanted) / len(wanted) for text in texts)
 
 
 def _a_word(text: str) -> bool:
@@ -606,7 +622,10 @@ class Searcher:
                 keyword, every_hits = (with_note_evidence(hits, by_note, p.note_weight) for hits in (keyword, every_hits))
             lists = [_bm25_ranking(keyword, p.lexical_weight)]
             if cjk is not None:
-                lists.append(_bm25_ranking(cjk_hits, p.cjk_weight_read if pairs_read else p.cjk_weight))
+                pair_weight = p.cjk_weight_read if pairs_read else p.cjk_weight
+                if pairs_read and p.pair_coverage_power > 0:  # a second voice: as strong as what it found
+                    pair_weight *= _gram_coverage(query, cjk_hits) ** p.pair_coverage_power
+                lists.append(_bm25_ranking(cjk_hits, pair_weight))
             if every is not None:
                 lists.append(_bm25_ranking(every_hits, p.all_words_weight))
             if qvec is not None:
